@@ -1,0 +1,7 @@
+"""django_gcra: exact, race-free GCRA rate limiting for Django, in one Redis round trip."""
+
+from .decision import Decision
+from .limiter import adecide, decide
+
+__all__ = ["Decision", "decide", "adecide"]
+__version__ = "0.1.0"

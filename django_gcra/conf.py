@@ -1,0 +1,98 @@
+"""The ``DJANGO_GCRA`` setting, read live.
+
+``setting(name)`` returns one value with its default; ``get_config()`` returns the
+parsed policies, cached until ``DJANGO_GCRA`` changes (``override_settings`` works).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .policy import Policy, Problem, parse_policy
+
+__all__ = ["DEFAULTS", "Config", "setting", "get_config", "get_problems"]
+
+DEFAULTS: dict[str, Any] = {
+    "CACHE_ALIAS": "default",
+    "KEY_PREFIX": "rl",
+    "DESCRIPTORS": {},
+    "POLICIES": {},
+    "ROUTES": [],
+    "TRUSTED_PROXIES": 0,
+    "DEFAULT_TIER": None,
+}
+
+
+def _user_settings() -> Mapping[str, Any]:
+    value = getattr(settings, "DJANGO_GCRA", {})
+    return value if isinstance(value, Mapping) else {}
+
+
+def setting(name: str) -> Any:
+    """One ``DJANGO_GCRA`` value, or its default."""
+    return _user_settings().get(name, DEFAULTS[name])
+
+
+@dataclass(frozen=True)
+class Config:
+    prefix: str
+    cache_alias: str
+    policies: Mapping[str, Policy]
+
+
+@functools.cache
+def _load() -> tuple[Config, tuple[Problem, ...]]:
+    problems: list[Problem] = []
+    raw = getattr(settings, "DJANGO_GCRA", {})
+    if not isinstance(raw, Mapping):
+        problems.append(Problem("django_gcra.E001", "DJANGO_GCRA must be a dict."))
+        raw = {}
+    for unknown in sorted(set(raw) - set(DEFAULTS), key=str):
+        problems.append(Problem("django_gcra.W001", f"DJANGO_GCRA has an unknown setting {unknown!r}.",
+                                "Check the spelling against the settings reference."))
+    prefix = raw.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"])
+    if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}"):
+        problems.append(Problem("django_gcra.E010", f"DJANGO_GCRA['KEY_PREFIX'] {prefix!r} is not valid.",
+                                "Use a non-empty string without braces."))
+    custom = raw.get("DESCRIPTORS", {})
+    if not isinstance(custom, Mapping):
+        problems.append(Problem("django_gcra.E001", "DJANGO_GCRA['DESCRIPTORS'] must be a dict."))
+        custom = {}
+    raw_policies = raw.get("POLICIES", {})
+    if not isinstance(raw_policies, Mapping):
+        problems.append(Problem("django_gcra.E001", "DJANGO_GCRA['POLICIES'] must be a dict."))
+        raw_policies = {}
+    policies = {}
+    for name, raw_policy in raw_policies.items():
+        policy = parse_policy(name, raw_policy, custom, problems)
+        if policy is not None:
+            policies[name] = policy
+    config = Config(str(prefix), raw.get("CACHE_ALIAS", DEFAULTS["CACHE_ALIAS"]), policies)
+    return config, tuple(problems)
+
+
+def get_problems() -> tuple[Problem, ...]:
+    return _load()[1]
+
+
+def get_config() -> Config:
+    """The parsed configuration; raises ``ImproperlyConfigured`` if any setting is in error."""
+    config, problems = _load()
+    errors = [p for p in problems if p.is_error]
+    if errors:
+        raise ImproperlyConfigured(f"{errors[0].msg} ({errors[0].id}; run 'manage.py check' for all problems)")
+    return config
+
+
+@receiver(setting_changed)
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DJANGO_GCRA", "CACHES"):
+        _load.cache_clear()

@@ -1,0 +1,63 @@
+"""The Decision value object: everything a surface, the audit trail and metrics need."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .rates import Rate
+
+__all__ = ["Decision", "LimitState"]
+
+
+@dataclass(frozen=True)
+class LimitState:
+    """One limit as evaluated for one request."""
+
+    name: str
+    rate: Rate
+    burst: int
+    remaining: int
+    reset_after: float  # seconds until the key is fully rested
+    mode: str = "enforce"  # enforce | shadow
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer of ``decide()``.
+
+    ``allowed`` is what is enforced. ``shadow`` is True when the limits would have
+    denied but shadow mode let the request through; ``would_retry_after`` then holds
+    the retry-after an enforced limit would have sent. ``fallback`` is True when the
+    store could not be reached and the policy's ``on_failure`` answered instead.
+    """
+
+    allowed: bool
+    retry_after: float  # seconds, exact; 0 when allowed; inf when never satisfiable
+    remaining: int
+    limit: str  # the binding limit: the denying one, else the one with least remaining
+    policy: str
+    cost: int = 1
+    shadow: bool = False
+    fallback: bool = False
+    reset_after: float = 0.0  # seconds until the binding limit is fully rested
+    would_retry_after: float = 0.0
+    limits: tuple[LimitState, ...] = ()
+    descriptors: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def impossible(self) -> bool:
+        """The cost exceeds the binding limit's burst: no wait will ever admit it."""
+        return math.isinf(self.retry_after) or math.isinf(self.would_retry_after)
+
+    @property
+    def binding(self) -> LimitState | None:
+        return next((s for s in self.limits if s.name == self.limit), None)
+
+    def headers(self) -> dict[str, str]:
+        """The quota headers for this decision (and ``Retry-After`` when denied)."""
+        from .http import quota_headers
+
+        return quota_headers(self)

@@ -1,0 +1,35 @@
+"""Redis keys: ``<prefix>:{<shard value>}:<policy>:<limit>:<values>``.
+
+Every key of one decision carries the same hash tag, so a composite decision lands in
+one Redis Cluster slot. Values are escaped so that no value can end the hash tag,
+inject a separator, or collide with another value: unreserved ASCII stays as it is,
+every other byte is percent-encoded, the empty string is a lone ``%``, and a value
+whose escaped form is long is replaced by ``#`` and its SHA-256 (escaping never yields
+a lone ``%`` nor a leading ``#``, so the three forms cannot meet).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from urllib.parse import quote
+
+__all__ = ["escape", "build_key"]
+
+MAX_ESCAPED = 128
+_SAFE = "@"  # besides letters, digits and "_.-~", which quote() never escapes
+
+
+def escape(value: str) -> str:
+    """An injective, separator-free, brace-free encoding of one descriptor value."""
+    if value == "":
+        return "%"
+    escaped = quote(value, safe=_SAFE)
+    if len(escaped) > MAX_ESCAPED:
+        return "#" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+    return escaped
+
+
+def build_key(prefix: str, shard: str, policy: str, limit: str, values: Sequence[str]) -> str:
+    """The key of one limit for one set of descriptor values (already escaped by the caller)."""
+    return f"{prefix}:{{{shard}}}:{policy}:{limit}:{':'.join(values)}"

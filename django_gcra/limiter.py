@@ -1,0 +1,194 @@
+"""``decide()``: policy -> limits -> keys -> one backend call -> Decision.
+
+Shadow mode, the failure policy and the decision signal live here and only here; the
+middleware, the decorator and the DRF throttles all come through ``decide``/``adecide``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from .algorithm import ALLOWED
+from .backends import Backend, BackendError, LimitSpec, Outcome
+from .backends.memory import MemoryBackend
+from .backends.redis import RedisBackend, django_redis_client
+from .conf import get_config, setting
+from .decision import Decision, LimitState
+from .keys import build_key, escape
+from .policy import Limit, Policy
+from .rates import Rate
+from .signals import decision as decision_signal
+
+__all__ = ["decide", "adecide", "get_policy", "get_backend"]
+
+logger = logging.getLogger("django_gcra")
+_local_backend = MemoryBackend()  # the per-process store of on_failure="local"
+
+
+def get_policy(policy: str | Policy) -> Policy:
+    if isinstance(policy, Policy):
+        return policy
+    try:
+        return get_config().policies[policy]
+    except KeyError:
+        known = ", ".join(sorted(get_config().policies)) or "none"
+        raise KeyError(f"unknown rate-limit policy {policy!r} (configured: {known})") from None
+
+
+@functools.cache
+def _backend_for(alias: str) -> Backend:
+    return RedisBackend(functools.partial(django_redis_client, alias))
+
+
+def get_backend() -> Backend:
+    """The backend of ``CACHE_ALIAS``."""
+    return _backend_for(get_config().cache_alias)
+
+
+@dataclass(frozen=True)
+class _Planned:
+    limit: Limit
+    rate: Rate
+    burst: int
+    mode: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one decision will ask of the backend."""
+
+    policy: Policy
+    cost: int
+    limits: tuple[_Planned, ...]
+    specs: tuple[LimitSpec, ...]
+    descriptors: Mapping[str, str]
+
+
+def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) -> Plan:
+    """Resolve the policy's limits for these descriptors; raise on bad input."""
+    pol = get_policy(policy)
+    if isinstance(cost, bool) or not isinstance(cost, int):
+        raise TypeError(f"cost must be an int, not {type(cost).__name__}")
+    if cost < 0:
+        raise ValueError(f"cost must be >= 0, not {cost}")
+    values: dict[str, str] = {}
+    for name in pol.descriptors:
+        if name not in descriptors:
+            raise KeyError(f"policy {pol.name!r} needs descriptor {name!r}; pass None to skip the limits that use it")
+        value = descriptors[name]
+        if value is not None:
+            if not isinstance(value, (str, int)) or isinstance(value, bool):
+                raise TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
+            values[name] = str(value)
+    config = get_config()
+    prefix = config.prefix
+    tier = descriptors.get("tier")
+    shard = escape(values[pol.shard]) if pol.shard in values else pol.name
+    planned, specs = [], []
+    for limit in pol.limits:
+        if any(d not in values for d in limit.key):
+            continue  # a descriptor missing for this request skips the limit (documented)
+        rate = _rate(limit, tier)
+        mode = "shadow" if pol.mode == "shadow" or limit.mode == "shadow" else "enforce"
+        burst = limit.burst_for(rate)
+        key = build_key(prefix, shard, pol.name, limit.name, [escape(values[d]) for d in limit.key])
+        planned.append(_Planned(limit, rate, burst, mode))
+        specs.append(LimitSpec(key, rate.interval, burst, mode == "enforce"))
+    return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values))
+
+
+def _rate(limit: Limit, tier: Any) -> Rate:
+    rate = limit.rate_for(None if tier is None else str(tier))
+    if rate is None:  # an unknown or missing tier: the default tier
+        default = setting("DEFAULT_TIER")
+        rate = limit.rates[default] if default is not None else next(iter(limit.rates.values()))
+    return rate
+
+
+def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, *, request: Any = None) -> Decision:
+    """Decide whether ``cost`` units may pass ``policy`` for these descriptors.
+
+    ``descriptors`` maps each descriptor the policy's limits use to a value; None
+    skips the limits that use it. ``cost=0`` peeks without consuming. ``request`` is
+    passed to the ``decision`` signal (audit, metrics) and changes nothing else.
+    """
+    p = plan(policy, descriptors, cost)
+    if not p.specs:
+        return _finish(p, None, request)
+    try:
+        outcome = get_backend().evaluate(p.specs, cost)
+    except BackendError as exc:
+        return _finish(p, _on_failure(p, exc), request, fallback=True)
+    return _finish(p, outcome, request)
+
+
+async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, *,
+                  request: Any = None) -> Decision:
+    """``decide()`` for async code: never blocks the event loop on the store."""
+    p = plan(policy, descriptors, cost)
+    if not p.specs:
+        return _finish(p, None, request)
+    try:
+        outcome = await get_backend().aevaluate(p.specs, cost)
+    except BackendError as exc:
+        return _finish(p, _on_failure(p, exc), request, fallback=True)
+    return _finish(p, outcome, request)
+
+
+def _on_failure(p: Plan, exc: BackendError) -> Outcome | None:
+    """The outcome the failure policy gives when the store fails; None means fail open."""
+    logger.warning("django_gcra: store failed for policy %r (on_failure=%s): %s", p.policy.name,
+                   p.policy.on_failure, exc)
+    if p.policy.on_failure == "open":
+        return None
+    if p.policy.on_failure == "closed":
+        n = len(p.specs)
+        return Outcome(0, 0, 1_000_000, 0, 0, (0,) * n, (0,) * n)
+    specs = [
+        LimitSpec(spec.key, (pl.limit.fallback_rate or pl.rate).interval,
+                  pl.limit.fallback_rate.count if pl.limit.fallback_rate else spec.burst, spec.enforce)
+        for spec, pl in zip(p.specs, p.limits)
+    ]
+    return _local_backend.evaluate(specs, p.cost)
+
+
+def _finish(p: Plan, outcome: Outcome | None, request: Any, fallback: bool = False) -> Decision:
+    decision = _to_decision(p, outcome, fallback)
+    if decision_signal.receivers:
+        decision_signal.send(sender=p.policy.name, decision=decision, request=request)
+    return decision
+
+
+def _to_decision(p: Plan, outcome: Outcome | None, fallback: bool) -> Decision:
+    if outcome is None:  # nothing to check, or failing open
+        # Remaining is unknown: report 0 and no limit states, so no quota header claims more.
+        return Decision(True, 0.0, 0, "", p.policy.name, p.cost, fallback=fallback, descriptors=p.descriptors)
+    states = tuple(
+        LimitState(pl.limit.name, pl.rate, pl.burst, outcome.remaining[i], outcome.reset_after[i] / 1e6, pl.mode)
+        for i, pl in enumerate(p.limits)
+    )
+    bind = outcome.binding
+    if bind is None:
+        bind = min(range(len(states)), key=lambda i: states[i].remaining)
+    retry = math.inf if outcome.retry_after is None else outcome.retry_after / 1e6
+    allowed = outcome.enforced == ALLOWED
+    return Decision(
+        allowed=allowed,
+        retry_after=0.0 if allowed else retry,
+        remaining=min(s.remaining for s in states),
+        limit=states[bind].name,
+        policy=p.policy.name,
+        cost=p.cost,
+        shadow=allowed and outcome.would != ALLOWED,
+        fallback=fallback,
+        reset_after=states[bind].reset_after,
+        would_retry_after=retry if allowed and outcome.would != ALLOWED else 0.0,
+        limits=states,
+        descriptors=p.descriptors,
+    )

@@ -1,0 +1,206 @@
+"""Policy and Limit value objects, parsed from the ``POLICIES`` setting.
+
+Parsing collects every problem instead of stopping at the first, so the system checks
+can report them all; ``conf.get_config()`` refuses to run with any error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .rates import Rate, parse_rate
+
+__all__ = ["Limit", "Policy", "Lease", "Problem", "parse_policy", "BUILTIN_DESCRIPTORS"]
+
+BUILTIN_DESCRIPTORS = frozenset({"ip", "user", "method", "route"})
+HEADER_PREFIX = "header:"
+ON_FAILURE = ("open", "closed", "local")
+MODES = ("enforce", "shadow")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str  # e.g. "django_gcra.E002"
+    msg: str
+    hint: str | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return ".E" in self.id
+
+
+@dataclass(frozen=True)
+class Limit:
+    name: str
+    key: tuple[str, ...]  # descriptor names whose values form the key
+    rates: Mapping[str | None, Rate]  # tier -> rate; the None entry is the untiered rate
+    burst: int | None  # None: the rate's count
+    fallback_rate: Rate | None = None
+    mode: str = "enforce"
+
+    @property
+    def tiered(self) -> bool:
+        return None not in self.rates
+
+    def rate_for(self, tier: str | None) -> Rate | None:
+        """The rate for ``tier``, or None when the limit has no rate for it."""
+        return self.rates.get(None) or self.rates.get(tier)
+
+    def burst_for(self, rate: Rate) -> int:
+        return self.burst if self.burst is not None else rate.count
+
+
+@dataclass(frozen=True)
+class Lease:
+    size: int
+    ttl: float
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    limits: tuple[Limit, ...]
+    on_failure: str = "open"
+    mode: str = "enforce"
+    lease: Lease | None = None
+    shard: str | None = None  # descriptor whose value is the hash tag; None: the policy name
+    descriptors: frozenset[str] = field(default=frozenset())  # every descriptor the limits use
+
+    @property
+    def composite(self) -> bool:
+        return len(self.limits) > 1
+
+
+def is_known_descriptor(name: str, custom: Mapping[str, Any]) -> bool:
+    if name in BUILTIN_DESCRIPTORS or name in custom:
+        return True
+    return name.startswith(HEADER_PREFIX) and len(name) > len(HEADER_PREFIX)
+
+
+def parse_policy(name: str, raw: Any, custom: Mapping[str, Any], problems: list[Problem]) -> Policy | None:
+    """Parse one entry of ``POLICIES``, appending to ``problems``; None if unusable."""
+    where = f"DJANGO_GCRA['POLICIES'][{name!r}]"
+    if not isinstance(name, str) or not _NAME.match(name):
+        problems.append(Problem("django_gcra.E010", f"Policy name {name!r} is not valid.",
+                                "Use 1-64 letters, digits, '_', '.' or '-'."))
+        return None
+    if not isinstance(raw, Mapping):
+        problems.append(Problem("django_gcra.E001", f"{where} must be a dict."))
+        return None
+    raw_limits = raw.get("limits")
+    if not isinstance(raw_limits, (list, tuple)) or not raw_limits:
+        problems.append(Problem("django_gcra.E005", f"{where} has no limits.",
+                                "Give 'limits' as a non-empty list of limit dicts."))
+        return None
+    limits = []
+    for index, raw_limit in enumerate(raw_limits):
+        limit = _parse_limit(f"{where}['limits'][{index}]", raw_limit, custom, problems)
+        if limit is not None:
+            limits.append(limit)
+    names = [limit.name for limit in limits]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(Problem("django_gcra.E008", f"{where} has more than one limit named {dup!r}."))
+    on_failure = _choice(where, raw, "on_failure", ON_FAILURE, "open", problems)
+    mode = _choice(where, raw, "mode", MODES, "enforce", problems)
+    lease = _parse_lease(where, raw.get("lease"), problems)
+    if len(limits) != len(raw_limits):
+        return None
+    used = frozenset(d for limit in limits for d in limit.key)
+    shard = _parse_shard(where, raw, limits, problems)
+    return Policy(name, tuple(limits), on_failure, mode, lease, shard, used)
+
+
+def _parse_limit(where: str, raw: Any, custom: Mapping[str, Any], problems: list[Problem]) -> Limit | None:
+    if not isinstance(raw, Mapping):
+        problems.append(Problem("django_gcra.E001", f"{where} must be a dict."))
+        return None
+    ok = True
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        problems.append(Problem("django_gcra.E010", f"{where} has an invalid name {name!r}.",
+                                "Use 1-64 letters, digits, '_', '.' or '-'."))
+        ok = False
+    key = raw.get("key")
+    if isinstance(key, str):
+        key = [key]
+    if not isinstance(key, (list, tuple)) or not key or not all(isinstance(k, str) for k in key):
+        problems.append(Problem("django_gcra.E004", f"{where} needs 'key': a non-empty list of descriptor names."))
+        ok = False
+    else:
+        for descriptor in key:
+            if not is_known_descriptor(descriptor, custom):
+                problems.append(Problem(
+                    "django_gcra.E004", f"{where} uses unknown descriptor {descriptor!r}.",
+                    "Use ip, user, method, route, header:<Name>, or a name from DJANGO_GCRA['DESCRIPTORS']."))
+                ok = False
+    rates = _parse_rates(where, raw.get("rate"), problems)
+    burst = raw.get("burst")
+    if burst is not None and (isinstance(burst, bool) or not isinstance(burst, int) or burst < 1):
+        problems.append(Problem("django_gcra.E003", f"{where} has burst {burst!r}; it must be a positive integer."))
+        ok = False
+    fallback = None
+    if raw.get("fallback_rate") is not None:
+        try:
+            fallback = parse_rate(raw["fallback_rate"])
+        except ValueError as exc:
+            problems.append(Problem("django_gcra.E012", f"{where}['fallback_rate']: {exc}."))
+            ok = False
+    mode = _choice(where, raw, "mode", MODES, "enforce", problems)
+    if not ok or rates is None:
+        return None
+    return Limit(name, tuple(key), rates, burst, fallback, mode)
+
+
+def _parse_rates(where: str, raw: Any, problems: list[Problem]) -> dict[str | None, Rate] | None:
+    items = raw.items() if isinstance(raw, Mapping) else [(None, raw)]
+    if isinstance(raw, Mapping) and not raw:
+        items = [(None, raw)]
+    rates: dict[str | None, Rate] = {}
+    for tier, value in items:
+        try:
+            rates[tier] = parse_rate(value)
+        except ValueError as exc:
+            label = f"{where}['rate']" + (f"[{tier!r}]" if tier is not None else "")
+            problems.append(Problem("django_gcra.E002", f"{label}: {exc}."))
+    return rates if len(rates) == len(items) else None
+
+
+def _parse_lease(where: str, raw: Any, problems: list[Problem]) -> Lease | None:
+    if raw is None:
+        return None
+    size = raw.get("size") if isinstance(raw, Mapping) else None
+    ttl = raw.get("ttl", 1.0) if isinstance(raw, Mapping) else None
+    if (isinstance(size, bool) or not isinstance(size, int) or size < 2
+            or isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0):
+        problems.append(Problem("django_gcra.E014", f"{where}['lease'] must be {{'size': int >= 2, 'ttl': seconds > 0}}."))
+        return None
+    return Lease(size, float(ttl))
+
+
+def _parse_shard(where: str, raw: Mapping[str, Any], limits: list[Limit], problems: list[Problem]) -> str | None:
+    common = [d for d in limits[0].key if all(d in limit.key for limit in limits)]
+    shard = raw.get("shard")
+    if shard is None:
+        if not common:
+            problems.append(Problem(
+                "django_gcra.W002", f"{where}: no descriptor is common to every limit, so all its keys share one "
+                "Redis Cluster slot (hash tag: the policy name).",
+                "Add a common descriptor (such as 'tenant') to every limit's key, or set 'shard'."))
+        return common[0] if common else None
+    if shard not in common:
+        problems.append(Problem("django_gcra.E011", f"{where}['shard'] is {shard!r}, which is not in every limit's key.",
+                                "The shard descriptor must be part of every limit's key so a key never moves slot."))
+    return shard
+
+
+def _choice(where: str, raw: Mapping[str, Any], name: str, allowed: tuple[str, ...], default: str,
+            problems: list[Problem]) -> str:
+    value = raw.get(name, default)
+    if value not in allowed:
+        problems.append(Problem("django_gcra.E009", f"{where}[{name!r}] is {value!r}; use one of {', '.join(allowed)}."))
+        return default
+    return value

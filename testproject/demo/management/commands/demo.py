@@ -1,0 +1,21 @@
+"""Print a short trace of requests to each demo endpoint: allowed, then limited."""
+
+from django.core.management.base import BaseCommand
+from django.test import Client
+
+
+class Command(BaseCommand):
+    help = "Send a burst of requests to the demo endpoints and print what the limiter answered."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--requests", type=int, default=5)
+
+    def handle(self, *args, requests, **options):
+        client = Client()
+        for url in ["/hello/"]:
+            self.stdout.write(self.style.MIGRATE_HEADING(f"GET {url} x{requests}"))
+            for n in range(1, requests + 1):
+                response = client.get(url)
+                quota = {k: v for k, v in response.headers.items() if "ratelimit" in k.lower() or k == "Retry-After"}
+                style = self.style.SUCCESS if response.status_code < 400 else self.style.WARNING
+                self.stdout.write(style(f"  #{n}: {response.status_code}  {quota}"))

@@ -1,0 +1,21 @@
+from django.http import HttpResponse, JsonResponse
+
+from django_gcra import decide
+from django_gcra.http import too_many_requests
+
+
+def index(request):
+    links = "".join(f'<li><a href="{url}">{url}</a> {text}</li>' for url, text in [
+        ("/hello/", "decide() called from a view: 5/m, burst 3, per IP"),
+    ])
+    return HttpResponse(f"<h1>django_gcra demo</h1><p>Reload a link quickly to be limited.</p><ul>{links}</ul>")
+
+
+def hello(request):
+    decision = decide("hello", {"ip": request.META.get("REMOTE_ADDR", "")}, request=request)
+    if not decision.allowed:
+        return too_many_requests(decision)
+    response = JsonResponse({"hello": "world", "remaining": decision.remaining})
+    for name, value in decision.headers().items():
+        response[name] = value
+    return response

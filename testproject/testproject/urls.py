@@ -1,0 +1,10 @@
+from django.contrib import admin
+from django.urls import path
+
+from demo import views
+
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("hello/", views.hello, name="hello"),
+    path("admin/", admin.site.urls),
+]

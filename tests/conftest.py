@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.servers import RedisServer, start_redis
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    server = start_redis()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def real_redis(redis_server: RedisServer, settings):
+    """Point the default cache (and so the limiter) at the real redis-server, emptied."""
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_server.url}}
+    client = redis_server.client()
+    client.flushall()
+    client.script_flush()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def fake_redis(settings):
+    """The embedded fakeredis of tests/settings.py, emptied."""
+    from django_redis import get_redis_connection
+
+    client = get_redis_connection("default")
+    client.flushall()
+    return client
+
+
+@pytest.fixture
+def gcra_settings(settings):
+    """Replace DJANGO_GCRA: ``gcra_settings(POLICIES={...})``."""
+
+    def apply(**values):
+        settings.DJANGO_GCRA = values
+        return values
+
+    return apply

@@ -1,0 +1,9 @@
+"""Custom descriptor callables named in the tests' DJANGO_GCRA['DESCRIPTORS']."""
+
+
+def tenant_of(request):
+    return request.headers.get("X-Tenant")
+
+
+def tier_of(request):
+    return request.headers.get("X-Tier")

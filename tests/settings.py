@@ -1,0 +1,46 @@
+"""Settings for the test suite: an embedded fakeredis (with Lua) unless a test points
+CACHES at the real redis-server that the fixtures start."""
+
+import fakeredis
+
+SECRET_KEY = "tests"
+DEBUG = False
+USE_TZ = True
+ROOT_URLCONF = "tests.urls"
+ALLOWED_HOSTS = ["*"]
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "rest_framework",
+    "django_gcra",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [{
+    "BACKEND": "django.template.backends.django.DjangoTemplates",
+    "APP_DIRS": True,
+    "OPTIONS": {"context_processors": [
+        "django.template.context_processors.request",
+        "django.contrib.auth.context_processors.auth",
+        "django.contrib.messages.context_processors.messages",
+    ]},
+}]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://embedded:6379/0",
+        "OPTIONS": {"CONNECTION_POOL_KWARGS": {"connection_class": fakeredis.FakeRedisConnection}},
+    }
+}
+DJANGO_GCRA = {
+    "POLICIES": {
+        "login": {"limits": [{"name": "ip", "key": ["ip"], "rate": "5/m", "burst": 5}], "on_failure": "closed"},
+    },
+}

@@ -1,0 +1,36 @@
+"""Worker processes for the concurrency tests: each runs decide() in a loop on one key."""
+
+from __future__ import annotations
+
+import time
+
+
+def setup_django(redis_url: str, gcra: dict) -> None:
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_gcra"],
+        DATABASES={},
+        CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}},
+        DJANGO_GCRA=gcra,
+    )
+    django.setup()
+
+
+def hammer(redis_url: str, gcra: dict, policy: str, descriptors: dict, start_at: float, duration: float,
+           max_calls: int = 200_000) -> tuple[int, int, float, float]:
+    """Call decide() from ``start_at`` for ``duration`` seconds; return (admitted, calls, first, last)."""
+    setup_django(redis_url, gcra)
+    from django_gcra import decide
+
+    decide(policy, descriptors, cost=0)  # connect and load the script before the clock starts
+    while time.time() < start_at:
+        time.sleep(0.001)
+    admitted = calls = 0
+    first = time.time()
+    deadline = first + duration
+    while calls < max_calls and time.time() < deadline:
+        calls += 1
+        admitted += decide(policy, descriptors).allowed
+    return admitted, calls, first, time.time()
