@@ -7,7 +7,6 @@ middleware, the decorator and the DRF throttles all come through ``decide``/``ad
 from __future__ import annotations
 
 import functools
-import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,19 +15,17 @@ from typing import Any
 
 from .algorithm import ALLOWED
 from .backends import Backend, BackendError, LimitSpec, Outcome
-from .backends.memory import MemoryBackend
-from .backends.redis import RedisBackend, django_redis_client
+from .backends.redis import RedisBackend, django_redis_async_client, django_redis_client
 from .conf import get_config, setting
 from .decision import Decision, LimitState
+from .fallback import on_failure
 from .keys import build_key, escape
+from .overrides import apply_override
 from .policy import Limit, Policy
 from .rates import Rate
 from .signals import decision as decision_signal
 
-__all__ = ["decide", "adecide", "get_policy", "get_backend"]
-
-logger = logging.getLogger("django_gcra")
-_local_backend = MemoryBackend()  # the per-process store of on_failure="local"
+__all__ = ["decide", "adecide", "get_policy", "backend_for"]
 
 
 def get_policy(policy: str | Policy) -> Policy:
@@ -43,11 +40,12 @@ def get_policy(policy: str | Policy) -> Policy:
 
 @functools.cache
 def _backend_for(alias: str) -> Backend:
-    return RedisBackend(functools.partial(django_redis_client, alias))
+    return RedisBackend(functools.partial(django_redis_client, alias),
+                        functools.partial(django_redis_async_client, alias))
 
 
-def get_backend() -> Backend:
-    """The backend of ``CACHE_ALIAS``."""
+def backend_for(policy: Policy) -> Backend:
+    """The backend that decides ``policy``: the store of ``CACHE_ALIAS``."""
     return _backend_for(get_config().cache_alias)
 
 
@@ -96,7 +94,10 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
             continue  # a descriptor missing for this request skips the limit (documented)
         rate = _rate(limit, tier)
         mode = "shadow" if pol.mode == "shadow" or limit.mode == "shadow" else "enforce"
-        burst = limit.burst_for(rate)
+        effective = apply_override(pol, limit, values, rate, limit.burst_for(rate), mode)
+        if effective is None:
+            continue  # turned off by an override
+        rate, burst, mode = effective
         key = build_key(prefix, shard, pol.name, limit.name, [escape(values[d]) for d in limit.key])
         planned.append(_Planned(limit, rate, burst, mode))
         specs.append(LimitSpec(key, rate.interval, burst, mode == "enforce"))
@@ -122,9 +123,9 @@ def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, 
     if not p.specs:
         return _finish(p, None, request)
     try:
-        outcome = get_backend().evaluate(p.specs, cost)
+        outcome = backend_for(p.policy).evaluate(p.specs, cost)
     except BackendError as exc:
-        return _finish(p, _on_failure(p, exc), request, fallback=True)
+        return _finish(p, on_failure(p, exc), request, fallback=True)
     return _finish(p, outcome, request)
 
 
@@ -135,27 +136,10 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
     if not p.specs:
         return _finish(p, None, request)
     try:
-        outcome = await get_backend().aevaluate(p.specs, cost)
+        outcome = await backend_for(p.policy).aevaluate(p.specs, cost)
     except BackendError as exc:
-        return _finish(p, _on_failure(p, exc), request, fallback=True)
+        return _finish(p, on_failure(p, exc), request, fallback=True)
     return _finish(p, outcome, request)
-
-
-def _on_failure(p: Plan, exc: BackendError) -> Outcome | None:
-    """The outcome the failure policy gives when the store fails; None means fail open."""
-    logger.warning("django_gcra: store failed for policy %r (on_failure=%s): %s", p.policy.name,
-                   p.policy.on_failure, exc)
-    if p.policy.on_failure == "open":
-        return None
-    if p.policy.on_failure == "closed":
-        n = len(p.specs)
-        return Outcome(0, 0, 1_000_000, 0, 0, (0,) * n, (0,) * n)
-    specs = [
-        LimitSpec(spec.key, (pl.limit.fallback_rate or pl.rate).interval,
-                  pl.limit.fallback_rate.count if pl.limit.fallback_rate else spec.burst, spec.enforce)
-        for spec, pl in zip(p.specs, p.limits)
-    ]
-    return _local_backend.evaluate(specs, p.cost)
 
 
 def _finish(p: Plan, outcome: Outcome | None, request: Any, fallback: bool = False) -> Decision:

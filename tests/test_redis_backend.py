@@ -121,3 +121,13 @@ def test_hostile_values_share_one_slot_per_decision(real_redis):
         decide("hourly", {"tenant": value, "user": "u"})
         keys = real_redis.keys(f"rl:{{{escape(value)}}}:*")
         assert len(keys) == 2 and len({key_slot(k) for k in keys}) == 1
+
+
+async def test_adecide_uses_a_native_async_client(real_redis):
+    from django_gcra import adecide
+    from django_gcra.backends.redis import django_redis_async_client
+
+    results = [await adecide("login", {"ip": "async"}) for _ in range(4)]
+    assert [d.allowed for d in results] == [True, True, True, False]
+    assert django_redis_async_client("default") is not None
+

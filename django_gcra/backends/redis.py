@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import weakref
 from collections.abc import Callable, Sequence
 from importlib.resources import files
 from typing import Any
 
+import redis
+import redis.asyncio
 from redis.exceptions import NoScriptError, RedisError
 
 from ..algorithm import ALLOWED
@@ -44,21 +48,68 @@ def run_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
 
 
+async def arun_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    try:
+        return await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
+    except NoScriptError:
+        await client.script_load(SCRIPT)
+        return await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
+
+
 def django_redis_client(alias: str) -> Any:
     from django_redis import get_redis_connection
 
     return get_redis_connection(alias)
 
 
-class RedisBackend(Backend):
-    """One EVALSHA per decision on the client that ``get_client()`` returns."""
+# Connection settings carried over from the sync pool to a native asyncio client.
+_ASYNC_KWARGS = ("host", "port", "path", "db", "username", "password", "socket_timeout",
+                 "socket_connect_timeout", "client_name", "credential_provider")
+_ASYNC_CONNECTIONS = {redis.Connection: redis.asyncio.Connection,
+                      redis.UnixDomainSocketConnection: redis.asyncio.UnixDomainSocketConnection}
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = weakref.WeakKeyDictionary()
 
-    def __init__(self, get_client: Callable[[], Any]) -> None:
+
+def django_redis_async_client(alias: str) -> Any | None:
+    """A native asyncio client on the same server as the alias's sync pool, one per event
+    loop; None when the pool's connection class has no asyncio twin (fakeredis, SSL...)."""
+    per_loop = _async_clients.setdefault(asyncio.get_running_loop(), {})
+    if alias not in per_loop:
+        pool = django_redis_client(alias).connection_pool
+        connection_class = _ASYNC_CONNECTIONS.get(pool.connection_class)
+        if connection_class is None:
+            per_loop[alias] = None
+        else:
+            kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
+            per_loop[alias] = redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(
+                connection_class=connection_class, max_connections=pool.max_connections, **kwargs))
+    return per_loop[alias]
+
+
+class RedisBackend(Backend):
+    """One EVALSHA per decision on the client that ``get_client()`` returns.
+
+    Async decisions use ``get_async_client()`` (a native asyncio client) when it
+    returns one, so an async view never blocks the event loop on Redis.
+    """
+
+    def __init__(self, get_client: Callable[[], Any], get_async_client: Callable[[], Any] | None = None) -> None:
         self.get_client = get_client
+        self.get_async_client = get_async_client
 
     def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
         try:
             reply = run_script(self.get_client(), [s.key for s in specs], script_args(specs, cost))
+        except RedisError as exc:
+            raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+        return parse_reply(reply)
+
+    async def aevaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+        client = self.get_async_client() if self.get_async_client else None
+        if client is None:
+            return await super().aevaluate(specs, cost)
+        try:
+            reply = await arun_script(client, [s.key for s in specs], script_args(specs, cost))
         except RedisError as exc:
             raise BackendError(f"{type(exc).__name__}: {exc}") from exc
         return parse_reply(reply)
