@@ -42,6 +42,7 @@ class Decision:
     cost: int = 1
     shadow: bool = False
     fallback: bool = False
+    unavailable: bool = False
     reset_after: float = 0.0  # seconds until the binding limit is fully rested
     would_retry_after: float = 0.0
     limits: tuple[LimitState, ...] = ()

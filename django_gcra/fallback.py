@@ -15,15 +15,17 @@ logger = logging.getLogger("django_gcra")
 local_backend = MemoryBackend()  # the per-process store of on_failure="local"
 
 
-def on_failure(p: Plan, exc: BackendError) -> Outcome | None:
-    """The outcome the failure policy gives; None means fail open."""
+CLOSED = object()  # on_failure="closed": deny without a limit having been exceeded
+
+
+def on_failure(p: Plan, exc: BackendError) -> Outcome | object | None:
+    """The outcome the failure policy gives: None fails open, CLOSED fails closed."""
     logger.warning("django_gcra: store failed for policy %r (on_failure=%s): %s", p.policy.name,
                    p.policy.on_failure, exc)
     if p.policy.on_failure == "open":
         return None
     if p.policy.on_failure == "closed":
-        n = len(p.specs)
-        return Outcome(0, 0, 1_000_000, 0, 0, (0,) * n, (0,) * n)
+        return CLOSED
     specs = [
         LimitSpec(spec.key, (pl.limit.fallback_rate or pl.rate).interval,
                   pl.limit.fallback_rate.count if pl.limit.fallback_rate else spec.burst, spec.enforce)

@@ -18,7 +18,7 @@ from .backends import Backend, BackendError, LimitSpec, Outcome
 from .backends.redis import RedisBackend, django_redis_async_client, django_redis_client
 from .conf import get_config, setting
 from .decision import Decision, LimitState
-from .fallback import on_failure
+from .fallback import CLOSED, on_failure
 from .keys import build_key, escape
 from .overrides import apply_override
 from .policy import Limit, Policy
@@ -26,6 +26,8 @@ from .rates import Rate
 from .signals import decision as decision_signal
 
 __all__ = ["decide", "adecide", "get_policy", "backend_for"]
+
+CLOSED_RETRY_AFTER = 1.0  # seconds a client is asked to wait when failing closed
 
 
 def get_policy(policy: str | Policy) -> Policy:
@@ -142,15 +144,18 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
     return _finish(p, outcome, request)
 
 
-def _finish(p: Plan, outcome: Outcome | None, request: Any, fallback: bool = False) -> Decision:
+def _finish(p: Plan, outcome: Outcome | object | None, request: Any, fallback: bool = False) -> Decision:
     decision = _to_decision(p, outcome, fallback)
     if decision_signal.receivers:
         decision_signal.send(sender=p.policy.name, decision=decision, request=request)
     return decision
 
 
-def _to_decision(p: Plan, outcome: Outcome | None, fallback: bool) -> Decision:
-    if outcome is None:  # nothing to check, or failing open
+def _to_decision(p: Plan, outcome: Outcome | object | None, fallback: bool) -> Decision:
+    if outcome is CLOSED:
+        return Decision(False, CLOSED_RETRY_AFTER, 0, "", p.policy.name, p.cost, fallback=True, unavailable=True,
+                        descriptors=p.descriptors)
+    if not isinstance(outcome, Outcome):  # nothing to check, or failing open
         # Remaining is unknown: report 0 and no limit states, so no quota header claims more.
         return Decision(True, 0.0, 0, "", p.policy.name, p.cost, fallback=fallback, descriptors=p.descriptors)
     states = tuple(

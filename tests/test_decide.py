@@ -152,7 +152,7 @@ class TestFailurePolicy:
 
     def test_closed_denies_and_flags_fallback(self):
         decision = decide("login", {"ip": "1"})
-        assert not decision.allowed and decision.fallback and decision.retry_after > 0
+        assert not decision.allowed and decision.fallback and decision.unavailable and decision.retry_after > 0
 
     def test_local_uses_the_fallback_rate_in_process(self, gcra_settings):
         gcra_settings(POLICIES={"search": {
