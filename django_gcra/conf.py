@@ -75,6 +75,14 @@ def _load() -> tuple[Config, tuple[Problem, ...]]:
         policy = parse_policy(name, raw_policy, custom, problems)
         if policy is not None:
             policies[name] = policy
+    default_tier = raw.get("DEFAULT_TIER")
+    for policy in policies.values():
+        for limit in policy.limits:
+            if limit.tiered and default_tier is not None and default_tier not in limit.rates:
+                problems.append(Problem(
+                    "django_gcra.E015", f"DEFAULT_TIER {default_tier!r} has no rate in policy {policy.name!r}, "
+                    f"limit {limit.name!r} (tiers: {', '.join(map(str, limit.rates))}).",
+                    "Give every tiered limit a rate for the default tier."))
     config = Config(str(prefix), raw.get("CACHE_ALIAS", DEFAULTS["CACHE_ALIAS"]), policies)
     return config, tuple(problems)
 

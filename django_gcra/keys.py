@@ -11,6 +11,7 @@ a lone ``%`` nor a leading ``#``, so the three forms cannot meet).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from urllib.parse import quote
 
@@ -18,10 +19,13 @@ __all__ = ["escape", "build_key"]
 
 MAX_ESCAPED = 128
 _SAFE = "@"  # besides letters, digits and "_.-~", which quote() never escapes
+_PLAIN = re.compile(r"[A-Za-z0-9_.\-~@]{1,%d}" % MAX_ESCAPED)  # values quote() leaves as they are
 
 
 def escape(value: str) -> str:
     """An injective, separator-free, brace-free encoding of one descriptor value."""
+    if _PLAIN.fullmatch(value):
+        return value  # the common case (ids, IPv4 addresses), without quote()'s cost
     if value == "":
         return "%"
     escaped = quote(value, safe=_SAFE)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
+
+from django.core.signals import setting_changed
 
 from .algorithm import ALLOWED
 from .backends import Backend, BackendError, LimitSpec, Outcome
@@ -35,7 +36,7 @@ def get_policy(policy: str | Policy) -> Policy:
         return policy
     try:
         return get_config().policies[policy]
-    except KeyError:
+    except (KeyError, TypeError):
         known = ", ".join(sorted(get_config().policies)) or "none"
         raise KeyError(f"unknown rate-limit policy {policy!r} (configured: {known})") from None
 
@@ -51,16 +52,22 @@ def backend_for(policy: Policy) -> Backend:
     return _backend_for(get_config().cache_alias)
 
 
-@dataclass(frozen=True)
-class _Planned:
+def _forget_backends(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DJANGO_GCRA", "CACHES"):
+        _backend_for.cache_clear()
+
+
+setting_changed.connect(_forget_backends)
+
+
+class _Planned(NamedTuple):
     limit: Limit
     rate: Rate
     burst: int
     mode: str
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """What one decision will ask of the backend."""
 
     policy: Policy
@@ -86,8 +93,7 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
             if not isinstance(value, (str, int)) or isinstance(value, bool):
                 raise TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
             values[name] = str(value)
-    config = get_config()
-    prefix = config.prefix
+    prefix = get_config().prefix
     tier = descriptors.get("tier")
     shard = escape(values[pol.shard]) if pol.shard in values else pol.name
     planned, specs = [], []

@@ -3,6 +3,7 @@ multiplier such as ``"10/30s"`` or ``"10/5m"``."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ class Rate:
     count: int
     period: int  # seconds
 
-    @property
+    @functools.cached_property
     def interval(self) -> int:
         """The emission interval in whole microseconds, rounded up so a rate never over-admits."""
         return math.ceil(self.period * 1_000_000 / self.count)

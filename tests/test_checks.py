@@ -59,6 +59,11 @@ def test_policy_problems(gcra_settings, policies, expected):
     assert expected in ids(gcra_settings, POLICIES=policies)
 
 
+def test_default_tier_missing_from_a_tiered_limit(gcra_settings):
+    assert ids(gcra_settings, **GOOD, DEFAULT_TIER="gold") == ["django_gcra.E015"]
+    assert ids(gcra_settings, **GOOD, DEFAULT_TIER="paid") == []
+
+
 def test_unknown_setting_warns(gcra_settings):
     assert ids(gcra_settings, POLICIES={}, TRUSTED_PROXY=1) == ["django_gcra.W001"]
 

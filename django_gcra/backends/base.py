@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from asgiref.sync import sync_to_async
 
@@ -15,16 +15,14 @@ class BackendError(Exception):
     """The store could not answer (connection refused, timeout, cluster error...)."""
 
 
-@dataclass(frozen=True)
-class LimitSpec:
+class LimitSpec(NamedTuple):
     key: str
     interval: int  # us
     burst: int
     enforce: bool = True  # False: a shadow limit, whose denial only counts as "would deny"
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     enforced: int  # algorithm.ALLOWED, DENIED or IMPOSSIBLE
     would: int
     retry_after: int | None  # us for the binding limit; None if never satisfiable

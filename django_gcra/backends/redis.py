@@ -94,8 +94,16 @@ class RedisBackend(Backend):
     """
 
     def __init__(self, get_client: Callable[[], Any], get_async_client: Callable[[], Any] | None = None) -> None:
-        self.get_client = get_client
+        self._get_client = get_client
+        self._client: Any = None
         self.get_async_client = get_async_client
+
+    def get_client(self) -> Any:
+        # redis-py clients are thread-safe; looking one up through Django's per-thread
+        # cache handler on every decision would cost more than the decision itself.
+        if self._client is None:
+            self._client = self._get_client()
+        return self._client
 
     def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
         try:
