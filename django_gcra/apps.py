@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_delete, post_save
 from django.utils.translation import gettext_lazy as _
 
 
@@ -9,3 +10,12 @@ class DjangoGCRAConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
+        from . import audit, metrics, overrides
+        from .signals import decision
+
+        override_model = self.get_model("LimitOverride")
+        post_save.connect(overrides.on_override_change, sender=override_model, dispatch_uid="gcra_override_save")
+        post_delete.connect(overrides.on_override_change, sender=override_model, dispatch_uid="gcra_override_delete")
+        # The audit trail and metrics are receivers of the decision signal: the limiter knows neither.
+        decision.connect(audit.on_decision, dispatch_uid="gcra_audit")
+        decision.connect(metrics.on_decision, dispatch_uid="gcra_metrics")
