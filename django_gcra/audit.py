@@ -140,8 +140,8 @@ class AuditRecorder:
             self.failures += 1
             self.dropped += lost
             audit_failed(lost)
-            logger.warning("django_gcra: audit write failed; %d rows (%d records) lost", len(batch), lost,
-                           exc_info=traceback)
+            logger.error("django_gcra: audit write failed; %d rows (%d records) lost", len(batch), lost,
+                         exc_info=traceback)
             return 0
         self.written += len(rows)
         return len(rows)
