@@ -53,7 +53,7 @@ def key_of(descriptors: Mapping[str, str]) -> str:
     key = ",".join(f"{name}={descriptors[name]}" for name in sorted(descriptors))
     if len(key) > MAX_KEY:
         digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-        key = f"{key[:MAX_KEY - 18]}~{digest}"
+        key = f"{key[:MAX_KEY - 17]}~{digest}"
     return key
 
 
@@ -84,7 +84,7 @@ class AuditRecorder:
         self.failures = 0  # failed writes
         self.written = 0  # rows written
         self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
+        self._stop = threading.Event()
 
     def record(self, decision: Decision, request: Any = None) -> None:
         outcome = outcome_of(decision)
@@ -113,16 +113,24 @@ class AuditRecorder:
 
     def _start(self) -> None:
         with self.lock:
-            if self._thread is None or not self._thread.is_alive():  # also after a fork
+            if not self._stop.is_set() and (self._thread is None or not self._thread.is_alive()):  # or forked
                 self._thread = threading.Thread(target=self._run, name="gcra-audit", daemon=True)
                 self._thread.start()
 
     def _run(self) -> None:
-        while True:
-            self._wake.wait(float(audit_setting("FLUSH_INTERVAL")))
-            self._wake.clear()
-            close_old_connections()
+        while not self._stop.wait(float(audit_setting("FLUSH_INTERVAL"))):
+            try:
+                close_old_connections()  # the thread's own connection: drop it if broken or too old
+            except Exception:
+                pass  # flush() reports the failure if the database is really unusable
             self.flush()
+
+    def stop(self) -> None:
+        """Stop the flusher thread after a last flush."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self.flush()
 
     def flush(self, traceback: bool = True) -> int:
         """Write the buffer now; return the rows written. Never raises."""
