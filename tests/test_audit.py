@@ -25,11 +25,12 @@ GCRA = {
 
 
 @pytest.fixture
-def rec(monkeypatch):
+def rec(monkeypatch, db):
     """A recorder without its thread: the test decides when to flush."""
     from django_gcra import audit
 
     audit.recorder.buffer.clear()  # what earlier tests buffered must not land in this test's database
+    AuditEvent.objects.all().delete()  # nor what their flusher wrote outside their transactions
     recorder = AuditRecorder(autostart=False)
     monkeypatch.setattr("django_gcra.audit.recorder", recorder)
     return recorder
@@ -104,6 +105,7 @@ def test_ten_thousand_denials_for_one_key_leave_few_rows_counting_them_all(real_
 
     gcra_settings(**GCRA, AUDIT={"FLUSH_INTERVAL": 0.2})
     audit.recorder.buffer.clear()
+    AuditEvent.objects.all().delete()
     recorder = AuditRecorder()  # with its background flusher thread
     monkeypatch.setattr("django_gcra.audit.recorder", recorder)
     assert decide("bulk", {"ip": "9.9.9.9"}).allowed
