@@ -9,7 +9,7 @@ class DjangoGCRAConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from . import checks, plane_checks  # noqa: F401  (register the system checks)
         from . import audit, metrics, overrides
         from .signals import decision
 
