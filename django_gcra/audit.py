@@ -44,8 +44,15 @@ MAX_KEY = 255
 
 
 def audit_setting(name: str) -> Any:
+    """One ``AUDIT`` value; a value of the wrong type (system check E030) gives the default."""
+    default = AUDIT_DEFAULTS[name]
     value = setting("AUDIT")
-    return (value if isinstance(value, Mapping) else {}).get(name, AUDIT_DEFAULTS[name])
+    value = (value if isinstance(value, Mapping) else {}).get(name, default)
+    if isinstance(default, bool):
+        return value if isinstance(value, bool) else default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    return value if (value >= 0 if name == "RETENTION_DAYS" else value > 0) else default
 
 
 def key_of(descriptors: Mapping[str, str]) -> str:

@@ -27,7 +27,7 @@ from django.core.signals import setting_changed
 from django.db import transaction
 from django.dispatch import receiver
 
-from .conf import get_config, setting
+from .conf import DEFAULTS, get_config, setting
 from .policy import Limit, Policy
 from .rates import Rate, parse_rate
 
@@ -64,6 +64,14 @@ def _redis() -> Any:
     return django_redis_client(get_config().cache_alias)
 
 
+def _seconds(name: str) -> float:
+    """A timing setting; a bad value (system check E031) falls back to the default."""
+    value = setting(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return float(DEFAULTS[name])
+    return float(value)
+
+
 def _in_event_loop() -> bool:
     try:
         asyncio.get_running_loop()
@@ -95,7 +103,7 @@ class OverrideCache:
     def get(self) -> Index:
         if time.monotonic() >= self.next_check and self.lock.acquire(blocking=False):
             # One thread refreshes; the others keep serving the current index meanwhile.
-            self.next_check = time.monotonic() + float(setting("OVERRIDE_REFRESH"))
+            self.next_check = time.monotonic() + _seconds("OVERRIDE_REFRESH")
             if _in_event_loop():
                 threading.Thread(target=self._refresh_locked, name="gcra-overrides", daemon=True).start()
             else:
@@ -115,7 +123,7 @@ class OverrideCache:
         except Exception as exc:  # Redis down: rely on the TTL
             logger.debug("django_gcra: override version unreadable: %s", exc)
             version, stamp_ok = None, False
-        stale = self.loaded_at is None or time.monotonic() - self.loaded_at > float(setting("OVERRIDE_TTL"))
+        stale = self.loaded_at is None or time.monotonic() - self.loaded_at > _seconds("OVERRIDE_TTL")
         if not stale and stamp_ok and version == self.version:
             return
         try:

@@ -48,3 +48,14 @@ def test_w030_overrides_of_unconfigured_limits(gcra_settings):
     LimitOverride.objects.create(policy="old", limit="tenant", match={}, burst=3, enabled=False)  # disabled: quiet
     assert ids(gcra_settings, databases=["default"]) == ["django_gcra.W030"]
     assert ids(gcra_settings) == []  # database checks run only when asked (migrate, check --database)
+
+
+def test_bad_values_fall_back_to_defaults_at_run_time(gcra_settings):
+    from django_gcra.audit import audit_setting
+    from django_gcra.overrides import _seconds
+
+    gcra_settings(POLICIES=POLICIES, AUDIT={"FLUSH_INTERVAL": 0, "MAX_BUFFER": "many", "ENABLED": 1,
+                                            "RETENTION_DAYS": 0}, OVERRIDE_REFRESH=None, OVERRIDE_TTL=-1)
+    assert [audit_setting(k) for k in ("FLUSH_INTERVAL", "MAX_BUFFER", "ENABLED", "RETENTION_DAYS")] == [2.0, 10_000,
+                                                                                                     True, 0]
+    assert (_seconds("OVERRIDE_REFRESH"), _seconds("OVERRIDE_TTL")) == (1.0, 30.0)
