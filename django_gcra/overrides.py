@@ -101,13 +101,22 @@ class OverrideCache:
         self.loaded_at, self.next_check = None, 0.0
 
     def get(self) -> Index:
-        if time.monotonic() >= self.next_check and self.lock.acquire(blocking=False):
-            # One thread refreshes; the others keep serving the current index meanwhile.
-            self.next_check = time.monotonic() + _seconds("OVERRIDE_REFRESH")
-            if _in_event_loop():
-                threading.Thread(target=self._refresh_locked, name="gcra-overrides", daemon=True).start()
-            else:
-                self._refresh_locked()
+        if time.monotonic() < self.next_check:
+            return self.index
+        in_loop = _in_event_loop()
+        # One thread refreshes while the others serve the current index; only a process's
+        # very first load makes concurrent sync callers wait for it.
+        first = self.loaded_at is None and not self.failing and not in_loop
+        if not self.lock.acquire(blocking=first):
+            return self.index
+        if time.monotonic() < self.next_check:  # another thread refreshed while this one waited
+            self.lock.release()
+            return self.index
+        self.next_check = time.monotonic() + _seconds("OVERRIDE_REFRESH")
+        if in_loop:
+            threading.Thread(target=self._refresh_locked, name="gcra-overrides", daemon=True).start()
+        else:
+            self._refresh_locked()
         return self.index
 
     def _refresh_locked(self) -> None:

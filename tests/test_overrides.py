@@ -287,3 +287,18 @@ def test_expiry_is_honoured_in_a_second_process(deployment):
     assert watcher.wait_for(30) < expires
     reverted = watcher.wait_for(2)
     assert expires <= reverted < expires + 0.5
+
+
+async def test_in_an_event_loop_the_reload_runs_in_a_thread(monkeypatch):
+    loaded = threading.Event()
+    where = []
+
+    def load():
+        where.append(threading.current_thread().name)
+        loaded.set()
+        return {}
+
+    monkeypatch.setattr("django_gcra.overrides.load_index", load)
+    decision = await adecide("api", {"tenant": "acme", "user": None})
+    assert decision.limits[0].burst == 2
+    assert loaded.wait(5) and where == ["gcra-overrides"]
