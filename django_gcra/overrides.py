@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import combinations
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -50,8 +49,10 @@ class Compiled:
         return self.expires is None or self.expires > now
 
 
-# (policy, limit) -> {sorted match items: [Compiled, most recently updated first]}
-Index = dict[tuple[str, str], dict[tuple[tuple[str, str], ...], list[Compiled]]]
+# (policy, limit) -> [(matched descriptor names, {their values: [Compiled, latest first]})],
+# the most specific shape (most names) first: a lookup probes one dict per shape in use.
+Shape = tuple[tuple[str, ...], dict[tuple[str, ...], list[Compiled]]]
+Index = dict[tuple[str, str], list[Shape]]
 
 
 def version_key() -> str:
@@ -155,7 +156,7 @@ def load_index() -> Index:
     limits = {(p.name, lim.name) for p in get_config().policies.values() for lim in p.limits}
     rows = (LimitOverride.objects.filter(enabled=True).exclude(expires_at__lte=timezone.now())
             .order_by("-updated_at", "-pk"))
-    index: Index = {}
+    shapes: dict[tuple[str, str], dict[tuple[str, ...], dict[tuple[str, ...], list[Compiled]]]] = {}
     for row in rows:
         if (row.policy, row.limit) not in limits or not isinstance(row.match, dict):
             continue
@@ -164,25 +165,25 @@ def load_index() -> Index:
         except ValueError as exc:
             logger.warning("django_gcra: override %s ignored: %s", row.pk, exc)
             continue
-        match = tuple(sorted((str(k), str(v)) for k, v in row.match.items()))
+        names = tuple(sorted(str(k) for k in row.match))
+        values = tuple(str(row.match[k]) for k in sorted(row.match, key=str))
         expires = row.expires_at.timestamp() if row.expires_at else None
         compiled = Compiled(row.pk, rate, row.burst, row.mode, expires)
-        index.setdefault((row.policy, row.limit), {}).setdefault(match, []).append(compiled)
-    return index
+        shapes.setdefault((row.policy, row.limit), {}).setdefault(names, {}).setdefault(values, []).append(compiled)
+    return {limit: sorted(by_names.items(), key=lambda shape: -len(shape[0])) for limit, by_names in shapes.items()}
 
 
 def find(index: Index, policy: str, limit: str, values: Mapping[str, str], now: float) -> Compiled | None:
-    """The most specific live override for these values: every subset of the
-    descriptors, largest first (policies use a handful of descriptors)."""
-    by_match = index.get((policy, limit))
-    if not by_match:
-        return None
-    names = sorted(values)
-    for size in range(len(names), -1, -1):
-        for combo in combinations(names, size):
-            for compiled in by_match.get(tuple((n, values[n]) for n in combo), ()):
-                if compiled.live(now):
-                    return compiled
+    """The most specific live override for these values (most matched descriptors,
+    then the most recently updated)."""
+    for names, table in index.get((policy, limit), ()):
+        try:
+            candidates = table.get(tuple(values[n] for n in names), ())
+        except KeyError:  # the request lacks a descriptor this shape matches on
+            continue
+        for compiled in candidates:
+            if compiled.live(now):
+                return compiled
     return None
 
 
