@@ -58,6 +58,7 @@ class LimitOverrideAdmin(admin.ModelAdmin):
     list_display = ["__str__", "policy", "limit", "rate", "burst", "mode", "enabled", "expires_at", "changed_by",
                     "updated_at"]
     list_filter = [ActiveFilter, "policy", "mode", "enabled", "limit"]
+    list_select_related = ["changed_by"]
     search_fields = ["policy", "limit", "match", "reason", "rate"]
     readonly_fields = ["created_at", "updated_at", "changed_by"]
     fieldsets = [

@@ -60,6 +60,11 @@ def test_the_add_form_saves_who_and_bumps_the_version(admin_client, admin_user, 
     assert fake_redis.get(version_key()) == b"1"
 
 
+def test_a_blank_match_applies_to_every_request(admin_client):
+    assert admin_client.post(ADD, {**FORM, "match": ""}).status_code == 302
+    assert LimitOverride.objects.get().match == {}
+
+
 @pytest.mark.parametrize("action, field, value", [
     ("make_enabled_False", "enabled", False), ("make_enabled_True", "enabled", True),
     ("make_mode_shadow", "mode", "shadow"), ("make_mode_enforce", "mode", "enforce"),
@@ -83,6 +88,7 @@ def test_the_override_list_filters_and_searches(admin_client):
     LimitOverride.objects.create(policy="api", limit="user", match={}, expires_at=timezone.now())
     page = admin_client.get("/admin/django_gcra/limitoverride/?q=launch")
     assert page.context["cl"].result_count == 1
+    assert admin_client.get("/admin/django_gcra/limitoverride/?q=zeta").context["cl"].result_count == 1  # in match
     assert admin_client.get("/admin/django_gcra/limitoverride/?active=yes").context["cl"].result_count == 1
     assert admin_client.get("/admin/django_gcra/limitoverride/?active=expired").context["cl"].result_count == 1
     assert admin_client.get("/admin/django_gcra/limitoverride/?policy=api").context["cl"].result_count == 2
