@@ -9,13 +9,15 @@ class DjangoGCRAConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, plane_checks  # noqa: F401  (register the system checks)
-        from . import audit, metrics, overrides
+        from . import checks  # noqa: F401  (registers the system checks)
+
+        # The policy plane: its checks, override invalidation, and the decision signal's
+        # receivers (the audit trail and metrics; the limiter knows neither).
+        from . import audit, metrics, overrides, plane_checks  # noqa: F401
         from .signals import decision
 
         override_model = self.get_model("LimitOverride")
         post_save.connect(overrides.on_override_change, sender=override_model, dispatch_uid="gcra_override_save")
         post_delete.connect(overrides.on_override_change, sender=override_model, dispatch_uid="gcra_override_delete")
-        # The audit trail and metrics are receivers of the decision signal: the limiter knows neither.
         decision.connect(audit.on_decision, dispatch_uid="gcra_audit")
         decision.connect(metrics.on_decision, dispatch_uid="gcra_metrics")

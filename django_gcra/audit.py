@@ -29,7 +29,7 @@ from .conf import get_config, setting
 from .decision import Decision
 from .metrics import audit_dropped, audit_failed, outcome_of
 
-__all__ = ["AUDIT_DEFAULTS", "audit_setting", "AuditRecorder", "recorder", "on_decision", "key_of"]
+__all__ = ["AUDIT_DEFAULTS", "AuditRecorder", "audit_setting", "key_of", "on_decision", "recorder"]
 
 logger = logging.getLogger("django_gcra")
 
@@ -73,7 +73,7 @@ def _identifying(decision: Decision) -> dict[str, str]:
 
 
 class _Entry:
-    __slots__ = ("count", "cost", "first", "last", "retry", "descriptors", "method", "path")
+    __slots__ = ("cost", "count", "descriptors", "first", "last", "method", "path", "retry")
 
     def __init__(self, now: float, descriptors: dict[str, str], method: str, path: str) -> None:
         self.count, self.cost, self.first, self.last, self.retry = 0, 0, now, now, 0.0

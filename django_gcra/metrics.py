@@ -13,7 +13,7 @@ from typing import Any
 
 from .decision import Decision
 
-__all__ = ["outcome_of", "on_decision", "AVAILABLE", "OUTCOMES"]
+__all__ = ["AVAILABLE", "OUTCOMES", "on_decision", "outcome_of"]
 
 logger = logging.getLogger("django_gcra")
 

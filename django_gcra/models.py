@@ -7,7 +7,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-__all__ = ["LimitOverride", "AuditEvent"]
+__all__ = ["AuditEvent", "LimitOverride"]
 
 
 class LimitOverride(models.Model):

@@ -30,7 +30,7 @@ from .conf import DEFAULTS, get_config, setting
 from .policy import Limit, Policy
 from .rates import Rate, parse_rate
 
-__all__ = ["apply_override", "invalidate", "cache", "version_key"]
+__all__ = ["apply_override", "cache", "invalidate", "version_key"]
 
 logger = logging.getLogger("django_gcra")
 
