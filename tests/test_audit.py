@@ -168,3 +168,29 @@ def test_keys_are_bounded_and_distinct():
     long_a, long_b = {"tenant": "x" * 10_000 + "a"}, {"tenant": "x" * 10_000 + "b"}
     assert len(key_of(long_a)) == 255 and key_of(long_a) != key_of(long_b)
     assert key_of({"user": "7", "tenant": "acme"}) == "tenant=acme,user=7"
+
+
+@pytest.mark.parametrize("level", ["policy", "limit", "override"])
+@pytest.mark.django_db
+def test_shadow_would_denies_are_audited_at_every_level(fake_redis, rec, gcra_settings, level,
+                                                        django_capture_on_commit_callbacks):
+    from django_gcra.models import LimitOverride
+    from django_gcra.overrides import cache
+
+    trial = {"name": "trial", "key": ["ip"], "rate": "1/m", "burst": 1}
+    policy = {"limits": [{"name": "hard", "key": ["ip"], "rate": "60/m", "burst": 5},
+                         {**trial, "mode": "shadow"} if level == "limit" else trial]}
+    if level == "policy":
+        policy["mode"] = "shadow"
+    gcra_settings(**{**GCRA, "POLICIES": {"lvl": policy}})
+    if level == "override":
+        with django_capture_on_commit_callbacks(execute=True):
+            LimitOverride.objects.create(policy="lvl", limit="trial", match={"ip": "5.5.5.5"}, mode="shadow")
+    try:
+        decisions = [decide("lvl", {"ip": "5.5.5.5"}) for _ in range(3)]
+    finally:
+        cache.reset()
+    assert all(d.allowed for d in decisions) and decisions[-1].shadow
+    rec.flush()
+    assert [(r.outcome, r.policy, r.limit, r.key, r.count) for r in rows()] == [
+        ("shadow_denied", "lvl", "trial", "ip=5.5.5.5", 2)]
