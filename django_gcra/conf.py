@@ -28,6 +28,10 @@ DEFAULTS: dict[str, Any] = {
     "ROUTES": [],
     "TRUSTED_PROXIES": 0,
     "DEFAULT_TIER": None,
+    # Policy plane (overrides, audit): docs/policy-plane.md
+    "OVERRIDE_REFRESH": 1.0,  # seconds between checks of the override version stamp in Redis
+    "OVERRIDE_TTL": 30.0,  # seconds after which overrides are reloaded even if the stamp is unreadable
+    "AUDIT": {},  # merged over audit.AUDIT_DEFAULTS
 }
 
 

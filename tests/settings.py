@@ -32,6 +32,7 @@ TEMPLATES = [{
     ]},
 }]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+STATIC_URL = "/static/"  # the live server (browser tests) serves static files under it
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",

@@ -59,6 +59,8 @@ DJANGO_GCRA = {
     "DESCRIPTORS": {"tenant": "demo.limits.tenant_of", "tier": "demo.limits.tier_of"},
     "POLICIES": {
         "hello": {"limits": [{"name": "ip", "key": ["ip"], "rate": "5/m", "burst": 3}]},
+        # Shadow mode: never refused; would-denies appear in the admin's shadow report.
+        "preview": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "5/m", "burst": 2}], "mode": "shadow"},
         "api": {
             "limits": [
                 {"name": "tenant", "key": ["tenant"], "rate": "100/m", "burst": 10},

@@ -6,5 +6,6 @@ from demo import views
 urlpatterns = [
     path("", views.index, name="index"),
     path("hello/", views.hello, name="hello"),
+    path("preview/", views.preview, name="preview"),
     path("admin/", admin.site.urls),
 ]

@@ -1,0 +1,71 @@
+"""The override form: every field validated against the configured policies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from .conf import get_config
+from .models import LimitOverride
+from .rates import parse_rate
+
+
+class LimitOverrideForm(forms.ModelForm):
+    policy = forms.ChoiceField(label=_("policy"))
+
+    class Meta:
+        model = LimitOverride
+        fields = ["policy", "limit", "match", "rate", "burst", "mode", "enabled", "expires_at", "reason"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        policies = get_config().policies
+        self.fields["policy"].choices = [(name, name) for name in sorted(policies)]
+        self.fields["limit"].help_text = "; ".join(
+            f"{p.name}: " + ", ".join(lim.name + " (key: " + "+".join(lim.key) + ")" for lim in p.limits)
+            for p in sorted(policies.values(), key=lambda p: p.name))
+
+    def clean_rate(self) -> str:
+        rate = self.cleaned_data.get("rate", "").strip()
+        if rate:
+            try:
+                parse_rate(rate)
+            except ValueError as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return rate
+
+    def clean_burst(self) -> int | None:
+        burst = self.cleaned_data.get("burst")
+        if burst is not None and burst < 1:
+            raise forms.ValidationError(_("The burst must be at least 1."))
+        return burst
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        policy = get_config().policies.get(data.get("policy"))
+        if policy is None:
+            return data
+        limit = data.get("limit")
+        names = [lim.name for lim in policy.limits]
+        if limit is not None and limit not in names:
+            self.add_error("limit", _("Policy %(policy)s has no limit %(limit)r; its limits: %(names)s.")
+                           % {"policy": policy.name, "limit": limit, "names": ", ".join(names)})
+        match = data.get("match")
+        if match is None:
+            match = data["match"] = {}
+        if not isinstance(match, dict):
+            self.add_error("match", _('Give a JSON object of descriptor values, e.g. {"tenant": "acme"}.'))
+            return data
+        unknown = sorted(set(match) - set(policy.descriptors))
+        if unknown:
+            self.add_error("match", _("Policy %(policy)s does not use descriptor(s) %(unknown)s; it uses %(known)s.")
+                           % {"policy": policy.name, "unknown": ", ".join(unknown),
+                              "known": ", ".join(sorted(policy.descriptors))})
+        bad = sorted(k for k, v in match.items() if isinstance(v, bool) or not isinstance(v, (str, int)))
+        if bad:
+            self.add_error("match", _("Descriptor values must be strings: %(names)s.") % {"names": ", ".join(bad)})
+        elif not unknown:
+            data["match"] = {k: str(v) for k, v in match.items()}
+        return data

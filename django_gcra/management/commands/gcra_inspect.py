@@ -1,0 +1,79 @@
+"""``gcra_inspect POLICY name=value ...``: what the limits hold for these descriptors, consuming nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_gcra.algorithm import gcra
+from django_gcra.backends import BackendError
+from django_gcra.limiter import backend_for, get_policy, plan
+
+
+class Command(BaseCommand):
+    help = ("Peek at a policy's limits for some descriptor values: remaining units, the retry-after a request "
+            "would get, and the stored TATs. Consumes nothing (cost=0). Descriptors not given are skipped, "
+            "as a request without them would be.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("policy")
+        parser.add_argument("descriptors", nargs="*", metavar="name=value")
+        parser.add_argument("--cost", type=int, default=1, help="Cost of the hypothetical next request (default 1).")
+        parser.add_argument("--json", dest="as_json", action="store_true", help="Print JSON instead of a table.")
+
+    def handle(self, *args: Any, policy: str, descriptors: list[str], cost: int, as_json: bool, **options: Any) -> None:
+        try:
+            pol = get_policy(policy)
+        except KeyError as exc:
+            raise CommandError(exc.args[0]) from None
+        values: dict[str, Any] = {}
+        for item in descriptors:
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                raise CommandError(f"descriptor {item!r} is not name=value")
+            values[name] = value
+        skipped = sorted(d for d in pol.descriptors if d not in values)
+        for name in skipped:
+            values[name] = None
+        try:
+            p = plan(pol, values, 0)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CommandError(str(exc)) from None
+        backend = backend_for(pol)
+        try:
+            tats = backend.read_tats([s.key for s in p.specs]) if p.specs else []
+            outcome = backend.evaluate(p.specs, 0) if p.specs else None  # cost 0: reads, never writes
+        except BackendError as exc:
+            raise CommandError(f"the store is unreachable: {exc}") from None
+        rows = []
+        for i, (planned, spec) in enumerate(zip(p.limits, p.specs)):
+            nxt = gcra(tats[i], outcome.now, spec.interval, spec.burst, cost)
+            rows.append({
+                "limit": planned.limit.name, "key": spec.key, "rate": str(planned.rate), "burst": planned.burst,
+                "mode": planned.mode, "tat": tats[i],
+                "tat_ahead_s": None if tats[i] is None else round((tats[i] - outcome.now) / 1e6, 6),
+                "remaining": outcome.remaining[i], "reset_after_s": round(outcome.reset_after[i] / 1e6, 6),
+                "retry_after_s": None if nxt.retry_after is None else round(nxt.retry_after / 1e6, 6),
+            })
+        result = {"policy": pol.name, "mode": pol.mode, "cost": cost, "skipped": skipped, "limits": rows}
+        if as_json:
+            self.stdout.write(json.dumps(result, indent=2, sort_keys=True))
+        else:
+            self._table(result)
+
+    def _table(self, result: dict[str, Any]) -> None:
+        self.stdout.write(f"policy {result['policy']} (mode {result['mode']}); retry-after is for cost {result['cost']}")
+        if result["skipped"]:
+            self.stdout.write(f"no value for: {', '.join(result['skipped'])} (limits using them are skipped)")
+        if not result["limits"]:
+            self.stdout.write("no limit applies to these descriptors")
+        for row in result["limits"]:
+            tat = "absent (rested)" if row["tat"] is None else f"{row['tat']} (+{row['tat_ahead_s']:.3f}s)"
+            retry = "never (cost > burst)" if row["retry_after_s"] is None else f"{row['retry_after_s']:.3f}s"
+            self.stdout.write(
+                f"- {row['limit']} [{row['mode']}] {row['rate']} burst {row['burst']}\n"
+                f"    key         {row['key']}\n    stored TAT  {tat}\n"
+                f"    remaining   {row['remaining']}\n    reset in    {row['reset_after_s']:.3f}s\n"
+                f"    retry-after {retry}")

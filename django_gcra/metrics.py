@@ -1,0 +1,83 @@
+"""Prometheus counters, when ``prometheus_client`` is installed; a no-op otherwise.
+
+Labels are bounded by configuration, never by traffic: policy, limit and outcome names
+come from settings, so no key, tenant or user ever becomes a label. Fallback decisions
+(the store was unreachable) are counted apart, so failing open never looks like
+healthy traffic.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .decision import Decision
+
+__all__ = ["AVAILABLE", "OUTCOMES", "on_decision", "outcome_of"]
+
+logger = logging.getLogger("django_gcra")
+
+#: Every outcome label. ``fallback_*`` and ``unavailable`` (on_failure="closed") are
+#: the decisions made without the store.
+OUTCOMES = ("allowed", "denied", "shadow_denied", "fallback_allowed", "fallback_denied", "unavailable")
+
+
+def outcome_of(decision: Decision) -> str:
+    """The outcome label of one decision (shared by metrics and the audit trail)."""
+    if decision.unavailable:
+        return "unavailable"
+    if decision.fallback:
+        return "fallback_allowed" if decision.allowed else "fallback_denied"
+    if not decision.allowed:
+        return "denied"
+    return "shadow_denied" if decision.shadow else "allowed"
+
+
+try:
+    import prometheus_client
+except ImportError:  # pragma: no cover - exercised only without the optional dependency
+    prometheus_client = None
+
+AVAILABLE = prometheus_client is not None
+
+
+def _counter(name: str, doc: str, labels: tuple[str, ...]) -> Any:
+    """Register once per process, even if this module is imported twice (autoreload, tests)."""
+    registry = prometheus_client.REGISTRY
+    existing = getattr(registry, "_names_to_collectors", {}).get(name)
+    return existing if existing is not None else prometheus_client.Counter(name, doc, labels)
+
+
+if AVAILABLE:
+    DECISIONS = _counter("django_gcra_decisions_total", "Rate-limit decisions by policy, limit and outcome.",
+                         ("policy", "limit", "outcome"))
+    FALLBACK = _counter("django_gcra_fallback_decisions_total",
+                        "Decisions made without the store (on_failure), by policy and outcome.", ("policy", "outcome"))
+    AUDIT_FAILURES = _counter("django_gcra_audit_write_failures_total",
+                              "Audit flushes that failed to write (their rows are lost).", ())
+    AUDIT_DROPPED = _counter("django_gcra_audit_dropped_total",
+                             "Audit records dropped because the in-memory buffer was full or a write failed.", ())
+
+
+def on_decision(sender: Any, decision: Decision, **kwargs: Any) -> None:
+    """Receiver of ``django_gcra.signals.decision``."""
+    if not AVAILABLE:
+        return
+    try:
+        outcome = outcome_of(decision)
+        DECISIONS.labels(decision.policy, decision.limit, outcome).inc()
+        if decision.fallback:
+            FALLBACK.labels(decision.policy, outcome).inc()
+    except Exception:  # metrics never fail a request
+        logger.exception("django_gcra: could not count a decision")
+
+
+def audit_failed(rows: int) -> None:
+    if AVAILABLE:
+        AUDIT_FAILURES.inc()
+        AUDIT_DROPPED.inc(rows)
+
+
+def audit_dropped(records: int = 1) -> None:
+    if AVAILABLE:
+        AUDIT_DROPPED.inc(records)

@@ -1,0 +1,89 @@
+"""The policy plane's models: admin-edited overrides and the audit trail."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+__all__ = ["AuditEvent", "LimitOverride"]
+
+
+class LimitOverride(models.Model):
+    """Override one limit of one policy for the requests whose descriptors match.
+
+    ``match`` maps descriptor names to values, e.g. ``{"tenant": "acme"}``; an empty
+    match applies to every request. The most specific enabled, unexpired match wins.
+    A blank rate or burst keeps the configured (or tier) value.
+    """
+
+    class Mode(models.TextChoices):
+        ENFORCE = "enforce", _("enforce")
+        SHADOW = "shadow", _("shadow (log would-denies, never deny)")
+        OFF = "off", _("off (skip this limit)")
+
+    policy = models.CharField(_("policy"), max_length=64, db_index=True)
+    limit = models.CharField(_("limit"), max_length=64)
+    match = models.JSONField(_("descriptor match"), default=dict, blank=True,
+                             help_text=_('Descriptor values this override applies to, e.g. {"tenant": "acme"}. '
+                                         "Empty: every request."))
+    rate = models.CharField(_("rate"), max_length=32, blank=True,
+                            help_text=_("e.g. 100/s or 6000/m. Blank keeps the configured (tier) rate."))
+    burst = models.PositiveIntegerField(_("burst"), null=True, blank=True,
+                                        help_text=_("Blank keeps the configured burst (or the rate's count)."))
+    mode = models.CharField(_("mode"), max_length=8, choices=Mode.choices, default=Mode.ENFORCE)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True,
+                                      help_text=_("After this time the override no longer applies."))
+    reason = models.TextField(_("reason"), blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    changed_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name=_("changed by"), null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        verbose_name = _("limit override")
+        verbose_name_plural = _("limit overrides")
+        ordering = ["policy", "limit", "-updated_at"]
+
+    def __str__(self) -> str:
+        match = ", ".join(f"{k}={v}" for k, v in sorted((self.match or {}).items())) or "*"
+        return f"{self.policy}.{self.limit} [{match}]"
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and (self.expires_at is None or self.expires_at > timezone.now())
+
+
+class AuditEvent(models.Model):
+    """Denials and shadow would-denies, coalesced per (policy, limit, key, outcome) per
+    flush interval: ``count`` requests between ``time`` and ``last_time``."""
+
+    class Outcome(models.TextChoices):
+        DENIED = "denied", _("denied")
+        SHADOW_DENIED = "shadow_denied", _("shadow: would have been denied")
+        FALLBACK_DENIED = "fallback_denied", _("denied by the local fallback")
+
+    time = models.DateTimeField(_("time"), db_index=True, help_text=_("The first request of this row."))
+    last_time = models.DateTimeField(_("last time"), help_text=_("The last request of this row."))
+    policy = models.CharField(_("policy"), max_length=64)
+    limit = models.CharField(_("limit"), max_length=64)
+    outcome = models.CharField(_("outcome"), max_length=16, choices=Outcome.choices)
+    key = models.CharField(_("key"), max_length=255, help_text=_("The identifying descriptors, name=value."))
+    descriptors = models.JSONField(_("descriptors"), default=dict, blank=True)
+    count = models.PositiveIntegerField(_("count"), default=1)
+    cost = models.PositiveBigIntegerField(_("cost"), default=1, help_text=_("Units asked by these requests, summed."))
+    retry_after = models.FloatField(_("retry after (s)"), null=True, blank=True,
+                                    help_text=_("The longest retry-after seen; empty when never satisfiable."))
+    method = models.CharField(_("method"), max_length=16, blank=True)
+    path = models.CharField(_("path"), max_length=255, blank=True)
+
+    class Meta:
+        verbose_name = _("audit event")
+        verbose_name_plural = _("audit events")
+        ordering = ["-time"]
+        indexes = [models.Index(fields=["outcome", "time"], name="gcra_audit_outcome_time")]
+
+    def __str__(self) -> str:
+        return f"{self.outcome} {self.policy}.{self.limit} {self.key} x{self.count}"

@@ -1,0 +1,111 @@
+"""Prometheus counters and the decision signal contract."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from django_gcra import decide
+from django_gcra.metrics import OUTCOMES, outcome_of
+from django_gcra.signals import decision as decision_signal
+
+GCRA = {
+    "DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"},
+    "POLICIES": {
+        "m_api": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m", "burst": 1}]},
+        "m_trial": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m", "burst": 1}], "mode": "shadow"},
+        "m_open": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m"}], "on_failure": "open"},
+        "m_closed": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m"}], "on_failure": "closed"},
+    },
+}
+
+
+@pytest.fixture(autouse=True)
+def policies(gcra_settings, monkeypatch):
+    gcra_settings(**GCRA)
+    monkeypatch.setattr("django_gcra.audit.recorder.record", lambda *a, **k: None)  # keep the audit out of it
+
+
+def count(name, **labels):
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_decisions_are_counted_by_policy_limit_and_outcome(fake_redis):
+    before = {o: count("django_gcra_decisions_total", policy="m_api", limit="tenant", outcome=o) for o in OUTCOMES}
+    for _ in range(3):
+        decide("m_api", {"tenant": "acme"})
+    after = {o: count("django_gcra_decisions_total", policy="m_api", limit="tenant", outcome=o) for o in OUTCOMES}
+    assert after["allowed"] - before["allowed"] == 1
+    assert after["denied"] - before["denied"] == 2
+    shadow = count("django_gcra_decisions_total", policy="m_trial", limit="tenant", outcome="shadow_denied")
+    decide("m_trial", {"tenant": "t"}), decide("m_trial", {"tenant": "t"})
+    assert count("django_gcra_decisions_total", policy="m_trial", limit="tenant", outcome="shadow_denied") == shadow + 1
+
+
+def test_fallback_decisions_are_counted_apart(settings):
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:9/0"}}
+    opened = count("django_gcra_fallback_decisions_total", policy="m_open", outcome="fallback_allowed")
+    closed = count("django_gcra_fallback_decisions_total", policy="m_closed", outcome="unavailable")
+    healthy = count("django_gcra_decisions_total", policy="m_open", limit="", outcome="allowed")
+    assert decide("m_open", {"tenant": "a"}).fallback
+    assert decide("m_closed", {"tenant": "a"}).unavailable
+    assert count("django_gcra_fallback_decisions_total", policy="m_open", outcome="fallback_allowed") == opened + 1
+    assert count("django_gcra_fallback_decisions_total", policy="m_closed", outcome="unavailable") == closed + 1
+    assert count("django_gcra_decisions_total", policy="m_open", limit="", outcome="allowed") == healthy  # not healthy
+
+
+def test_no_key_or_descriptor_value_becomes_a_label(fake_redis):
+    for _ in range(3):
+        decide("m_api", {"tenant": "secret-tenant-4242"})
+        decide("m_trial", {"tenant": "secret-tenant-4242"})
+    for metric in REGISTRY.collect():
+        if metric.name.startswith("django_gcra"):
+            for sample in metric.samples:
+                assert set(sample.labels) <= {"policy", "limit", "outcome"}
+                assert not any("secret-tenant" in value for value in sample.labels.values())
+
+
+def test_outcome_labels():
+    from django_gcra.decision import Decision
+
+    assert outcome_of(Decision(True, 0, 1, "l", "p")) == "allowed"
+    assert outcome_of(Decision(False, 1, 0, "l", "p")) == "denied"
+    assert outcome_of(Decision(True, 0, 0, "l", "p", shadow=True)) == "shadow_denied"
+    assert outcome_of(Decision(False, 1, 0, "l", "p", fallback=True)) == "fallback_denied"
+    assert outcome_of(Decision(True, 0, 0, "", "p", fallback=True)) == "fallback_allowed"
+    assert outcome_of(Decision(False, 1, 0, "", "p", fallback=True, unavailable=True)) == "unavailable"
+
+
+def test_the_decision_signal_contract(fake_redis):
+    from django_gcra import audit, metrics
+
+    received = []
+
+    def receiver(sender, decision, request, **kwargs):
+        received.append((sender, decision, request))
+
+    decision_signal.connect(receiver)
+    try:
+        result = decide("m_api", {"tenant": "sig"})
+    finally:
+        decision_signal.disconnect(receiver)
+    assert received == [("m_api", result, None)]
+    live = [r() for _, r, *_ in decision_signal.receivers]
+    assert audit.on_decision in live and metrics.on_decision in live  # connected in AppConfig.ready
+
+
+def test_without_prometheus_client_metrics_are_a_no_op():
+    code = ("import sys; sys.modules['prometheus_client'] = None\n"
+            "from django_gcra import metrics\n"
+            "from django_gcra.decision import Decision\n"
+            "assert not metrics.AVAILABLE\n"
+            "metrics.on_decision(None, decision=Decision(False, 1, 0, 'l', 'p'))\n"
+            "metrics.audit_failed(3)\n"
+            "print('ok')")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "ok", done.stderr
