@@ -28,6 +28,10 @@ DEFAULTS: dict[str, Any] = {
     "ROUTES": [],
     "TRUSTED_PROXIES": 0,
     "DEFAULT_TIER": None,
+    # surfaces (issue 3)
+    "HEADERS": "draft-11",  # draft-11 | draft-03 | x-ratelimit | none
+    "DENIED_VIEW": None,  # dotted path: (request, decision) -> HttpResponse
+    "IPV6_PREFIX": 64,  # IPv6 clients are grouped by this network prefix
 }
 
 
