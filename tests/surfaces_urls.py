@@ -157,3 +157,12 @@ urlpatterns = [
     path("drf/costly/", CostlyPolicyView.as_view(), name="drf-costly"),
     path("drf/both/", BothView.as_view(), name="drf-both"),
 ]
+
+
+def custom_denied(request, decision):
+    """A DENIED_VIEW for the tests."""
+    return HttpResponse(f"slow down ({decision.limit})", status=429, content_type="text/plain")
+
+
+async def acustom_denied(request, decision):
+    return HttpResponse(f"async slow down ({decision.limit})", status=429, content_type="text/plain")
