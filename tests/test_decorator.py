@@ -122,11 +122,11 @@ async def test_async_class_based_view():
     assert (await client.get("/acbv/")).status_code == 429
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 async def test_async_view_keyed_by_user():
     from asgiref.sync import sync_to_async
 
-    user = await sync_to_async(User.objects.create_user)("ann", password="pw")
+    user = await sync_to_async(User.objects.create_user)("async-ann", password="pw")
     client = AsyncClient()
     await client.aforce_login(user)
     assert (await client.get("/per-user/")).status_code == 200
