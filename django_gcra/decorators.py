@@ -71,10 +71,12 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
     allowed_methods = frozenset(m.upper() for m in methods) if methods is not None else None
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
+        policy_name = name or view_policy_name(view)
+
         def resolve() -> Policy:
             if policy is not None:
                 return get_policy(policy)
-            return inline_policy(name or view_policy_name(view), keys, rate, burst, mode, on_failure)
+            return inline_policy(policy_name, keys, rate, burst, mode, on_failure)
 
         if iscoroutinefunction(view):
             @functools.wraps(view)
