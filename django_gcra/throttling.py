@@ -94,7 +94,7 @@ class GCRAThrottle(BaseThrottle):
 @functools.lru_cache(maxsize=256)
 def _rate_policy(name: str, rate: str, burst: int | None, keys: tuple[tuple[str, str], ...]) -> Policy:
     problems: list[Problem] = []
-    limits = [{"name": limit, "key": [key], "rate": rate, "burst": burst} for limit, key in keys]
+    limits = [{"name": limit, "key": [key], "rate": rate, "burst": burst} for key, limit in keys]
     policy = parse_policy(name, {"limits": limits}, {}, problems)
     errors = [p for p in problems if p.is_error]
     if policy is None or errors:
@@ -109,6 +109,8 @@ class GCRARateThrottle(GCRAThrottle):
     scope: str | None = None
     rate: str | None = None
     burst: int | None = None
+    # (descriptor, limit name) pairs; the descriptor missing for a request skips its limit
+    limit_names: tuple[tuple[str, str], ...] = (("user", "{scope}"), ("ip", "{scope}-ip"))
 
     def get_rate(self) -> str | None:
         if self.rate is not None:
@@ -135,7 +137,8 @@ class GCRARateThrottle(GCRAThrottle):
         if descriptors is None:
             return None
         scope = self.scope or "rate"
-        policy = _rate_policy(f"drf.{scope}", rate, self.burst, ((scope, "user"), (f"{scope}-anon", "ip")))
+        keys = tuple((key, limit.format(scope=scope)) for key, limit in self.limit_names)
+        policy = _rate_policy(f"drf.{scope}", rate, self.burst, keys)
         return policy, descriptors
 
 
@@ -143,12 +146,13 @@ class GCRAAnonRateThrottle(GCRARateThrottle):
     """Anonymous requests only, by IP (scope ``anon``)."""
 
     scope = "anon"
+    limit_names = (("ip", "{scope}"),)
 
     def get_descriptors(self, request: Any, view: Any) -> dict[str, Any] | None:
         user = getattr(request, "user", None)
         if user is not None and user.is_authenticated:
             return None
-        return {"user": None, **descriptors_for(request, ["ip"])}
+        return descriptors_for(request, ["ip"])
 
 
 class GCRAUserRateThrottle(GCRARateThrottle):

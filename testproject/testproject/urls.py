@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from demo import views
 
@@ -7,4 +7,5 @@ urlpatterns = [
     path("", views.index, name="index"),
     path("hello/", views.hello, name="hello"),
     path("admin/", admin.site.urls),
+    path("", include("demo.surfaces")),
 ]
