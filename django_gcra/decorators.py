@@ -44,8 +44,17 @@ def inline_policy(name: str, key: tuple[str, ...], rate: str, burst: int | None,
 
 
 def view_policy_name(view: Callable[..., Any]) -> str:
-    """``view.<module>.<qualname>``, made a valid policy name (long ones end in a hash)."""
-    raw = f"view.{getattr(view, '__module__', '')}.{getattr(view, '__qualname__', repr(view))}"
+    """``view.<module>.<qualname>``, made a valid policy name (long ones end in a hash).
+
+    Under ``method_decorator`` the view is a partial of a bound method, whose qualname is
+    the defining class's (``View.dispatch`` for every CBV): the instance's class is used.
+    """
+    owner = getattr(getattr(view, "func", None), "__self__", None)
+    if isinstance(view, functools.partial) and owner is not None:
+        cls = type(owner)
+        raw = f"view.{cls.__module__}.{cls.__qualname__}.{getattr(view, '__name__', '')}"
+    else:
+        raw = f"view.{getattr(view, '__module__', '')}.{getattr(view, '__qualname__', repr(view))}"
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", raw)
     if len(name) > 64:
         name = name[:55] + "-" + hashlib.sha256(raw.encode()).hexdigest()[:8]

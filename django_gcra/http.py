@@ -28,6 +28,7 @@ import math
 import time
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.http import HttpResponse
 from django.utils.cache import patch_vary_headers
 from django.utils.module_loading import import_string
@@ -155,7 +156,14 @@ def denied_response(request: Any, decision: Decision) -> HttpResponse:
     path = setting("DENIED_VIEW")
     if not path:
         return too_many_requests(decision, request)
-    return apply_quota_headers(_denied_view(path)(request, decision), decision)
+    response = _denied_view(path)(request, decision)
+    if inspect.isawaitable(response):  # an async DENIED_VIEW behind a sync surface
+        response = async_to_sync(_awaited)(response)
+    return apply_quota_headers(response, decision)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 async def adenied_response(request: Any, decision: Decision) -> HttpResponse:

@@ -76,6 +76,12 @@ class SyncCBV(View):
         return HttpResponse("ok")
 
 
+@method_decorator(ratelimit(key="ip", rate="5/m", burst=1), name="dispatch")
+class OtherSyncCBV(View):
+    def get(self, request):
+        return HttpResponse("ok")
+
+
 class AsyncCBV(View):
     @method_decorator(ratelimit(key="ip", rate="5/m", burst=1))
     async def get(self, request):
@@ -148,6 +154,7 @@ urlpatterns = [
     path("per-user/", per_user, name="per-user"),
     path("shadowed/", shadowed, name="shadowed"),
     path("cbv/", SyncCBV.as_view(), name="cbv"),
+    path("cbv2/", OtherSyncCBV.as_view(), name="cbv2"),
     path("acbv/", AsyncCBV.as_view(), name="acbv"),
     path("drf/anon/", AnonView.as_view(), name="drf-anon"),
     path("drf/user/", UserView.as_view(), name="drf-user"),

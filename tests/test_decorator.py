@@ -110,10 +110,13 @@ def test_cost_above_burst_is_never_admitted():
     assert response.json()["retry_after_seconds"] is None
 
 
-def test_sync_and_async_class_based_views():
+def test_class_based_views_via_method_decorator_have_their_own_counters(real_redis):
     client = Client()
     assert client.get("/cbv/").status_code == 200
     assert client.get("/cbv/").status_code == 429
+    assert client.get("/cbv2/").status_code == 200  # also decorated on View.dispatch: another counter
+    policies = sorted(k.decode().split(":")[2] for k in real_redis.keys("rl:*"))
+    assert policies == ["view.tests.surfaces_urls.OtherSyncCBV.dispatch", "view.tests.surfaces_urls.SyncCBV.dispatch"]
 
 
 async def test_async_class_based_view():

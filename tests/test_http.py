@@ -130,3 +130,12 @@ class TestDeniedView:
         client.get("/inline/")
         response = client.get("/inline/", HTTP_ACCEPT="application/problem+json")
         assert response.status_code == 429 and response.json()["violated-policies"] == ["view"]
+
+    def test_async_denied_view_behind_a_sync_surface(self, gcra_settings):
+        configure(gcra_settings, DENIED_VIEW="tests.surfaces_urls.acustom_denied")
+        client = Client()
+        for _ in range(2):
+            client.get("/inline/")
+        response = client.get("/inline/")
+        assert response.status_code == 429 and response.content == b"async slow down (view)"
+        assert response["Retry-After"] == "12"
