@@ -100,3 +100,27 @@ def test_closed_policy_with_redis_down_answers_503(gcra_settings, settings, redi
         assert response["Retry-After"] == "1"
     body = response.json()
     assert body["type"].endswith("#temporary-reduced-capacity") and body["violated-policies"] == ["down"]
+
+
+async def test_closed_policy_with_redis_down_answers_503_async(gcra_settings, settings):
+    from tests.servers import free_port
+
+    configure(gcra_settings, ROUTES=[{"path": "^/aplain/", "policy": "down"}])
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache",
+                                   "LOCATION": f"redis://127.0.0.1:{free_port()}/0"}}
+    response = await AsyncClient().get("/aplain/")
+    assert response.status_code == 503 and response["Retry-After"] == "1"
+    assert response.json()["error"] == "service_unavailable"
+
+
+def test_local_fallback_denials_are_429(gcra_settings, settings):
+    from tests.servers import free_port
+
+    local = {"limits": [{"name": "ip", "key": ["ip"], "rate": "5/m", "burst": 1}], "on_failure": "local"}
+    configure(gcra_settings, POLICIES={"local": local}, ROUTES=[{"path": "^/plain/", "policy": "local"}])
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache",
+                                   "LOCATION": f"redis://127.0.0.1:{free_port()}/0"}}
+    client = Client(REMOTE_ADDR="192.0.2.77")
+    assert client.get("/plain/").status_code == 200
+    denied = client.get("/plain/")
+    assert denied.status_code == 429 and int(denied["Retry-After"]) >= 1
