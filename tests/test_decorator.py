@@ -29,7 +29,7 @@ def test_sync_view_allows_burst_then_429_with_every_header():
     assert_quota_headers(client.get("/inline/"), limit="view", burst=2, remaining=0)
     denied = client.get("/inline/")
     params = assert_quota_headers(denied, limit="view", burst=2, remaining=0, denied=True)
-    assert params["t"] == 12  # 5/m: one unit every 12 s
+    assert params["t"] in (11, 12)  # 5/m: one unit every 12 s, less the time the requests took
 
 
 async def test_async_view_uses_the_async_path(monkeypatch):

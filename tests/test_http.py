@@ -113,7 +113,7 @@ class TestDeniedView:
         client.get("/inline/")
         response = client.get("/inline/")
         assert response.content == b"slow down (view)"
-        assert response["Retry-After"] == "12" and sf_list(response, "RateLimit")[0][0] == "view"
+        assert response["Retry-After"] in ("11", "12") and sf_list(response, "RateLimit")[0][0] == "view"
 
     async def test_async_denied_view_is_awaited(self, gcra_settings):
         configure(gcra_settings, DENIED_VIEW="tests.surfaces_urls.acustom_denied")
@@ -138,4 +138,4 @@ class TestDeniedView:
             client.get("/inline/")
         response = client.get("/inline/")
         assert response.status_code == 429 and response.content == b"async slow down (view)"
-        assert response["Retry-After"] == "12"
+        assert response["Retry-After"] in ("11", "12")
