@@ -72,11 +72,16 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
     """Limit a view; see the module docstring. Bad arguments raise ImproperlyConfigured now."""
     if (policy is None) == (rate is None):
         raise ImproperlyConfigured("@ratelimit needs either policy='name' or an inline key=, rate= (and burst=).")
+    if policy is not None and (key is not None or burst is not None or name is not None):
+        raise ImproperlyConfigured("@ratelimit(policy=...) takes its keys and burst from the policy; "
+                                   "key=, burst= and name= are for inline limits.")
     if not callable(cost) and (isinstance(cost, bool) or not isinstance(cost, int) or cost < 0):
         raise ImproperlyConfigured(f"@ratelimit cost must be an int >= 0 or a callable, not {cost!r}")
     keys = (key,) if isinstance(key, str) else tuple(key or ("ip",))
     if policy is None:
         inline_policy(name or "inline", keys, rate, burst, mode, on_failure)  # validate now
+    if isinstance(methods, str):
+        methods = [methods]
     allowed_methods = frozenset(m.upper() for m in methods) if methods is not None else None
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:

@@ -152,12 +152,25 @@ def test_waiting_exactly_retry_after_is_admitted():
     assert client.get("/tight/").status_code == 200
 
 
+def test_methods_may_be_one_string():
+    from django.test import RequestFactory
+
+    from django.http import HttpResponse
+
+    view = ratelimit(key="ip", rate="5/m", methods="post", name="one-string")(lambda request: HttpResponse())
+    post, get = RequestFactory().post("/"), RequestFactory().get("/")
+    view(post)
+    view(get)
+    assert post.ratelimit.limit == "view" and not hasattr(get, "ratelimit")
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"key": "ip", "rate": "5/fortnight"}, "invalid rate"),
     ({"key": "nope", "rate": "5/m"}, "unknown descriptor"),
     ({"key": "ip", "rate": "5/m", "burst": 0}, "burst"),
     ({"key": "ip", "rate": "5/m", "cost": -1}, "cost"),
     ({"policy": "login", "rate": "5/m"}, "either"),
+    ({"policy": "login", "key": "user"}, "inline"),
     ({}, "either"),
 ])
 def test_bad_arguments_fail_at_decoration_time(kwargs, match):
