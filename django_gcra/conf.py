@@ -32,6 +32,10 @@ DEFAULTS: dict[str, Any] = {
     "OVERRIDE_REFRESH": 1.0,  # seconds between checks of the override version stamp in Redis
     "OVERRIDE_TTL": 30.0,  # seconds after which overrides are reloaded even if the stamp is unreadable
     "AUDIT": {},  # merged over audit.AUDIT_DEFAULTS
+    # surfaces (issue 3)
+    "HEADERS": "draft-11",  # draft-11 | draft-03 | x-ratelimit | none
+    "DENIED_VIEW": None,  # dotted path: (request, decision) -> HttpResponse
+    "IPV6_PREFIX": 64,  # IPv6 clients are grouped by this network prefix
 }
 
 

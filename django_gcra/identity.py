@@ -1,12 +1,27 @@
-"""Descriptors: the request attributes a limit's key is built from."""
+"""Descriptors: the request attributes a limit's key is built from.
+
+Built in: ``ip`` (see ``client_ip``), ``user`` (the authenticated user's pk; None for
+anonymous requests, so limits keyed by it are skipped), ``method``, ``route`` (the
+resolved URL name, ``namespace:name``; None when the URL has no name), ``header:<Name>``,
+and the callables named in ``DESCRIPTORS`` (``request -> str | None``).
+"""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import ipaddress
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.urls import Resolver404, get_resolver
 from django.utils.module_loading import import_string
+
+from .conf import setting
+from .policy import HEADER_PREFIX, Policy
+
+__all__ = ["client_ip", "normalise_ip", "url_name", "descriptor_names", "descriptors_for", "adescriptors_for",
+           "resolve_custom"]
 
 
 @functools.cache
@@ -19,3 +34,113 @@ def resolve_custom(path: str) -> Callable[[Any], Any]:
     if not callable(func):
         raise ImportError(f"{path!r} is not callable")
     return func
+
+
+def _parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    text = text.strip()
+    if text.startswith("["):  # "[2001:db8::1]:443"
+        text = text[1:text.find("]")] if "]" in text else text[1:]
+    elif text.count(":") == 1:  # "192.0.2.1:443"
+        text = text.split(":", 1)[0]
+    try:
+        return ipaddress.ip_address(text.split("%", 1)[0])  # drop an IPv6 zone id
+    except ValueError:
+        return None
+
+
+def normalise_ip(text: str, prefix: int | None = None) -> str | None:
+    """IPv4 as is; IPv4-mapped IPv6 as its IPv4; other IPv6 as its /prefix network.
+
+    A value that is not an address is returned stripped (it is still a key, so
+    garbage cannot dodge a limit); an empty one gives None.
+    """
+    address = _parse_ip(text)
+    if address is None:
+        return text.strip() or None
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        prefix = setting("IPV6_PREFIX") if prefix is None else prefix
+        return str(ipaddress.IPv6Network((address, prefix), strict=False))
+    return str(address)
+
+
+def client_ip(request: Any) -> str | None:
+    """The client's address.
+
+    With ``TRUSTED_PROXIES = n`` (n proxies, each appending the address it received
+    from), the n-th ``X-Forwarded-For`` entry from the right is the one the outermost
+    trusted proxy wrote. Entries further left are client-supplied and never used; with
+    fewer than n entries the request did not pass every proxy, so ``REMOTE_ADDR`` is used.
+    """
+    meta = request.META
+    hops = setting("TRUSTED_PROXIES")
+    if hops:
+        entries = [e for e in (x.strip() for x in meta.get("HTTP_X_FORWARDED_FOR", "").split(",")) if e]
+        if len(entries) >= hops:
+            return normalise_ip(entries[-hops])
+    return normalise_ip(meta.get("REMOTE_ADDR", ""))
+
+
+def url_name(request: Any) -> str | None:
+    """The resolved URL name (with namespaces), resolving once per request if needed."""
+    match = getattr(request, "resolver_match", None)
+    if match is None:
+        if not hasattr(request, "_gcra_match"):
+            try:
+                request._gcra_match = get_resolver(getattr(request, "urlconf", None)).resolve(request.path_info)
+            except Resolver404:
+                request._gcra_match = None
+        match = request._gcra_match
+    if match is None or not match.url_name:
+        return None
+    return match.view_name
+
+
+def _user_pk(user: Any) -> str | None:
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    return str(user.pk)
+
+
+def descriptor_names(policy: Policy) -> frozenset[str]:
+    """The descriptors a decision on ``policy`` needs (``tier`` too when a rate is tiered)."""
+    if "tier" in setting("DESCRIPTORS") and any(limit.tiered for limit in policy.limits):
+        return policy.descriptors | {"tier"}
+    return policy.descriptors
+
+
+def _value(request: Any, name: str) -> Any:
+    if name == "ip":
+        return client_ip(request)
+    if name == "method":
+        return request.method
+    if name == "route":
+        return url_name(request)
+    if name.startswith(HEADER_PREFIX):
+        return request.headers.get(name[len(HEADER_PREFIX):])
+    return resolve_custom(setting("DESCRIPTORS")[name])(request)
+
+
+def descriptors_for(request: Any, names: Iterable[str]) -> dict[str, Any]:
+    """The values of ``names`` for ``request`` (None where missing)."""
+    return {name: _user_pk(getattr(request, "user", None)) if name == "user" else _value(request, name)
+            for name in names}
+
+
+async def adescriptors_for(request: Any, names: Iterable[str]) -> dict[str, Any]:
+    """``descriptors_for`` in async code: the user is loaded with ``auser()`` and async
+    custom callables are awaited (sync ones are called directly: they must not do I/O)."""
+    values: dict[str, Any] = {}
+    for name in names:
+        if name == "user":
+            if hasattr(request, "auser"):
+                user = await request.auser()
+            else:
+                user = await sync_to_async(getattr)(request, "user", None)
+            values[name] = _user_pk(user)
+        elif name in setting("DESCRIPTORS") and iscoroutinefunction(resolve_custom(setting("DESCRIPTORS")[name])):
+            values[name] = await resolve_custom(setting("DESCRIPTORS")[name])(request)
+        else:
+            values[name] = _value(request, name)
+    return values

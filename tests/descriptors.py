@@ -7,3 +7,7 @@ def tenant_of(request):
 
 def tier_of(request):
     return request.headers.get("X-Tier")
+
+
+async def async_tenant_of(request):
+    return request.headers.get("X-Tenant")

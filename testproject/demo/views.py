@@ -8,6 +8,7 @@ def index(request):
     links = "".join(f'<li><a href="{url}">{url}</a> {text}</li>' for url, text in [
         ("/hello/", "decide() called from a view: 5/m, burst 3, per IP"),
         ("/preview/", "a limit in shadow mode (never refused): see /admin/ > Audit events > Shadow report"),
+        ("/surfaces/", "the three surfaces: @ratelimit, RateLimitMiddleware, DRF throttles"),
     ])
     return HttpResponse(f"<h1>django_gcra demo</h1><p>Reload a link quickly to be limited.</p><ul>{links}</ul>")
 

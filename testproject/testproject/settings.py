@@ -69,3 +69,8 @@ DJANGO_GCRA = {
         },
     },
 }
+
+# Surfaces demo (issue 3): the middleware applies ROUTES; DRF's rates feed the GCRA throttles.
+MIDDLEWARE += ["django_gcra.middleware.RateLimitMiddleware"]
+DJANGO_GCRA["ROUTES"] = [{"path": r"^/surfaces/mw/", "policy": "hello"}]
+REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"anon": "10/5m"}}

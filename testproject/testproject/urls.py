@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from demo import views
 
@@ -8,4 +8,5 @@ urlpatterns = [
     path("hello/", views.hello, name="hello"),
     path("preview/", views.preview, name="preview"),
     path("admin/", admin.site.urls),
+    path("", include("demo.surfaces")),
 ]
