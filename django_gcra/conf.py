@@ -28,6 +28,13 @@ DEFAULTS: dict[str, Any] = {
     "ROUTES": [],
     "TRUSTED_PROXIES": 0,
     "DEFAULT_TIER": None,
+    # Resilience (docs/operations.md): the limiter's own Redis timeouts (ms), the circuit
+    # breaker per endpoint, and the per-process local fallback.
+    "TIMEOUT": 10,
+    "CONNECT_TIMEOUT": None,  # None: same as TIMEOUT
+    "BREAKER": {"failures": 5, "cooldown": 1.0},
+    "FALLBACK_PROCESSES": 1,
+    "FALLBACK_LOG_INTERVAL": 10.0,
 }
 
 
