@@ -19,6 +19,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         messages.append(kind(problem.msg, hint=problem.hint, id=problem.id))
     messages += _check_cache()
     messages += _check_descriptors()
+    messages += _check_resilience()
     return messages
 
 
@@ -54,3 +55,10 @@ def _check_descriptors() -> list[checks.CheckMessage]:
                                          hint="Give a dotted path to a callable taking the request.",
                                          id="django_gcra.E013"))
     return messages
+
+
+def _check_resilience() -> list[checks.CheckMessage]:
+    """Timeouts, breaker and local fallback settings (django_gcra.E040-E049 / W040-W049)."""
+    from .backends.settings import problems
+
+    return [(checks.Error if p.is_error else checks.Warning)(p.msg, hint=p.hint, id=p.id) for p in problems()]
