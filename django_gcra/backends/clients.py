@@ -72,11 +72,15 @@ def _no_retry() -> Any:
 
 
 def _tight_sentinel(manager: Sentinel, cls: type = Sentinel, retry: Any = None) -> Any:
+    """A Sentinel manager on the same sentinels whose master lookups are tight too."""
     addrs = [(s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
              for s in manager.sentinels]
     kwargs = _tight(dict(manager.sentinel_kwargs), retry or _no_retry())
-    return cls(addrs, min_other_sentinels=manager.min_other_sentinels, sentinel_kwargs=kwargs,
-               **{k: v for k, v in manager.connection_kwargs.items() if not k.startswith("socket_")})
+    connection = {k: v for k, v in manager.connection_kwargs.items() if not k.startswith("socket_")}
+    if cls is not Sentinel:  # asyncio: only what an asyncio connection understands
+        kwargs = {k: v for k, v in kwargs.items() if k in _ASYNC_KWARGS or k.startswith("socket_") or k == "retry"}
+        connection = {k: v for k, v in connection.items() if k in _ASYNC_KWARGS}
+    return cls(addrs, min_other_sentinels=manager.min_other_sentinels, sentinel_kwargs=kwargs, **connection)
 
 
 def _build_sync(alias: str) -> Any:
