@@ -79,7 +79,6 @@ def run(urls, gcra, descriptors, processes, duration, during=None):
     with ctx.Pool(processes) as pool:
         pending = pool.starmap_async(hammer, [(urls, gcra, "hot", descriptors, start_at, duration)] * processes)
         if during is not None:
-            time.sleep(max(0.0, start_at - time.time()) + 0.5)
             during()
         results = pending.get(timeout=60)
     admitted, calls, fallbacks = (sum(r[i] for r in results) for i in (0, 1, 4))
@@ -113,6 +112,11 @@ def test_slot_migrated_under_load(on_cluster: Cluster):
     resharded = []
 
     def reshard() -> None:
+        key, client = f"rl:{{{hot}}}:hot:tenant:{hot}", on_cluster.client()
+        deadline = time.monotonic() + 20
+        while not client.exists(key) and time.monotonic() < deadline:  # the workers are deciding
+            time.sleep(0.02)
+        time.sleep(0.3)
         start = time.time()
         on_cluster.reshard(source, target, len(moved))
         resharded.extend([start, time.time()])
