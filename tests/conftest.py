@@ -4,7 +4,7 @@ import pytest
 
 from tests.servers import RedisServer, start_redis
 
-TEST_TIMEOUT_MS = 200
+TEST_TIMEOUT_MS = 1000
 
 
 @pytest.fixture(scope="session")

@@ -29,6 +29,7 @@ def test_defaults_are_clean_and_tight(settings):
     ({"TIMEOUT": "5"}, "django_gcra.E040"),
     ({"CONNECT_TIMEOUT": -1}, "django_gcra.E040"),
     ({"TIMEOUT": 2000}, "django_gcra.W040"),
+    ({"CONNECT_TIMEOUT": 1500}, "django_gcra.W040"),
     ({"BREAKER": {"failures": 0}}, "django_gcra.E041"),
     ({"BREAKER": {"cooldown": 0}}, "django_gcra.E041"),
     ({"BREAKER": {"failure": 3}}, "django_gcra.E041"),
@@ -54,3 +55,14 @@ def test_bad_values_refuse_at_runtime_too(gcra_settings):
         timeouts()
     with pytest.raises(ImproperlyConfigured, match="E042"):
         fallback_processes()
+
+
+@pytest.mark.parametrize("location, expected", [
+    (["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"], []),
+    (["127.0.0.1:7000"], ["django_gcra.E044"]),
+    ("", ["django_gcra.E044"]),
+])
+def test_cluster_startup_nodes_are_checked(settings, gcra_settings, location, expected):
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": location,
+                                   "OPTIONS": {"CLIENT_CLASS": "django_gcra.backends.cluster.ClusterClient"}}}
+    assert ids(gcra_settings) == expected

@@ -35,7 +35,7 @@ def group():
 @pytest.fixture
 def on_sentinel(group: SentinelSet, settings, gcra_settings):
     settings.CACHES = {"default": group.caches()}
-    gcra_settings(TIMEOUT=50, BREAKER={"failures": 3, "cooldown": COOLDOWN},
+    gcra_settings(TIMEOUT=250, BREAKER={"failures": 3, "cooldown": COOLDOWN},
                   POLICIES={name: policy(name) for name in ("open", "closed", "local")})
     reset_breakers()
     stats.reset()

@@ -15,7 +15,7 @@ from ..policy import Problem
 
 __all__ = ["timeouts", "breaker_params", "fallback_processes", "fallback_log_interval", "problems"]
 
-SLOW_TIMEOUT_MS = 250  # above this a slow Redis visibly slows every request (W040)
+SLOW_TIMEOUT_MS = 1000  # above this a slow Redis visibly stalls every request (W040)
 
 
 def _positive(value: Any) -> bool:
@@ -82,8 +82,26 @@ def _local_problems() -> list[Problem]:
     return out
 
 
+def _cluster_problems() -> list[Problem]:
+    from django.conf import settings
+
+    from .cluster import ClusterClient, startup_nodes
+
+    config = getattr(settings, "CACHES", {}).get(setting("CACHE_ALIAS"), {})
+    client_class = config.get("OPTIONS", {}).get("CLIENT_CLASS")
+    if client_class not in (ClusterClient, f"{ClusterClient.__module__}.{ClusterClient.__name__}"):
+        return []
+    try:
+        startup_nodes(config.get("LOCATION", ""))
+    except ImproperlyConfigured as exc:
+        return [Problem("django_gcra.E044", f"{exc} (CACHES[{setting('CACHE_ALIAS')!r}]['LOCATION'])",
+                        "List the cluster's startup nodes as redis://host:port URLs.")]
+    return []
+
+
 def problems() -> list[Problem]:
-    return _timeout_problems() + _breaker_problems() + _fallback_problems() + _local_problems()
+    return (_timeout_problems() + _breaker_problems() + _fallback_problems() + _local_problems()
+            + _cluster_problems())
 
 
 def _raise_first(found: list[Problem]) -> None:
