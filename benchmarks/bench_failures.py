@@ -12,7 +12,8 @@ capped at 20,000 decisions, paced every 0.5 ms so a fast breaker does not just s
   by that much: under, then over the limiter's TIMEOUT.
 - paused: redis-server stopped with SIGSTOP (accepts connections, never answers).
 - down: redis-server killed (connections refused).
-- recovering: redis-server restarted (empty, no script loaded); the phase starts at once.
+- recovering: redis-server restarted (empty, no script loaded) right after a failed
+  probe (the worst case: a whole cool-down to wait); the phase starts at once.
 
 A control row times a bare socket ``recv`` with the same timeout against the paused
 server: whatever tail it shows is the machine's scheduler, not the limiter.
@@ -88,17 +89,38 @@ def setup(direct: str, proxied: str, timeout_ms: float, breaker: dict) -> None:
     django.setup()
 
 
-def phase(seconds: float) -> tuple[list[float], int]:
+def phase(seconds: float) -> tuple[list[float], int, float | None]:
+    """(latencies, fallback decisions, seconds until the first decision Redis answered)."""
     from django_gcra import decide
 
-    latencies, fallbacks = [], 0
-    deadline = time.perf_counter() + seconds
+    latencies, fallbacks, first_redis = [], 0, None
+    begin = time.perf_counter()
+    deadline = begin + seconds
     while len(latencies) < 20_000 and time.perf_counter() < deadline:
         start = time.perf_counter()
-        fallbacks += decide("p", {"ip": "bench"}).fallback
+        fallback = decide("p", {"ip": "bench"}).fallback
         latencies.append(time.perf_counter() - start)
+        fallbacks += fallback
+        if not fallback and first_redis is None:
+            first_redis = time.perf_counter() - begin
         time.sleep(PACE)
-    return latencies, fallbacks
+    return latencies, fallbacks, first_redis
+
+
+def just_failed_probe(limit: float = 5.0) -> None:
+    """Return right after a decision's probe failed (or the circuit opened): restarting
+    then is the worst case for recovery, a full cool-down before the next probe. With
+    the breaker off, returns after the next failed decision."""
+    from django_gcra import decide
+    from django_gcra.backends.breaker import breakers
+
+    def failures() -> int:
+        return sum(b["failures"] for b in breakers())
+
+    before, deadline = failures(), time.monotonic() + limit
+    while failures() == before and time.monotonic() < deadline:
+        decide("p", {"ip": "bench"})
+        time.sleep(PACE)
 
 
 def raw_socket(port: int, timeout_ms: float, n: int = 200) -> tuple[list[float], int]:
@@ -114,7 +136,7 @@ def raw_socket(port: int, timeout_ms: float, n: int = 200) -> tuple[list[float],
             except socket.timeout:
                 pass
             latencies.append(time.perf_counter() - start)
-    return latencies, n
+    return latencies, 0, None
 
 
 def pct(values: list[float], q: float) -> float:
@@ -159,6 +181,7 @@ def child(args) -> None:
         server.resume()
         server.kill()
         results.append((args.child, "down (killed)", *phase(args.seconds)))
+        just_failed_probe()
         server.start()
         results.append((args.child, "recovering (restarted)", *phase(args.seconds)))
     finally:
@@ -182,12 +205,14 @@ def main() -> None:
     configs = {"breaker on": {"failures": 5, "cooldown": 1.0}, "breaker off": {"failures": 10**9, "cooldown": 1.0}}
     print(f"TIMEOUT={args.timeout_ms} ms (connect and read), on_failure=open, {args.seconds:g} s per phase, "
           f"one thread, a decision every {PACE * 1000:g} ms + its own latency; BREAKER: {configs}")
-    print("| breaker | phase | decisions | p50 ms | p99 ms | max ms | fallback |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| breaker | phase | decisions | p50 ms | p99 ms | max ms | fallback | first Redis answer |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for label, breaker in configs.items():
-        for _, name, latencies, fallbacks in run_config(label, args, breaker):
+        for _, name, latencies, fallbacks, first in run_config(label, args, breaker):
+            control = name.startswith("control")
             print(f"| {label} | {name} | {len(latencies)} | {pct(latencies, 0.5):.2f} | {pct(latencies, 0.99):.2f} "
-                  f"| {max(latencies) * 1000:.2f} | {fallbacks / len(latencies):.1%} |")
+                  f"| {max(latencies) * 1000:.2f} | {'n/a' if control else f'{fallbacks / len(latencies):.1%}'} "
+                  f"| {'n/a' if control else ('never' if first is None else f'{first * 1000:.0f} ms')} |")
 
 
 if __name__ == "__main__":
