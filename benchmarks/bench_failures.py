@@ -33,7 +33,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.servers import free_port, start_redis  # noqa: E402
+from tests.servers import free_port, start_redis
 
 POLICY = {"limits": [{"name": "ip", "key": ["ip"], "rate": "1000000/s", "burst": 1000}], "on_failure": "open"}
 PACE = 0.0005  # seconds between decisions
@@ -133,7 +133,7 @@ def raw_socket(port: int, timeout_ms: float, n: int = 200) -> tuple[list[float],
             start = time.perf_counter()
             try:
                 sock.recv(16)
-            except socket.timeout:
+            except TimeoutError:
                 pass
             latencies.append(time.perf_counter() - start)
     return latencies, 0, None

@@ -26,7 +26,7 @@ from .backends.settings import fallback_log_interval, fallback_processes
 if TYPE_CHECKING:
     from .limiter import Plan, _Planned
 
-__all__ = ["CLOSED", "on_failure", "stats", "local_backend", "fallback_spec"]
+__all__ = ["CLOSED", "on_failure", "stats", "status", "local_backend", "fallback_spec"]
 
 logger = logging.getLogger("django_gcra")
 local_backend = MemoryBackend()  # the per-process store of on_failure="local"
@@ -105,3 +105,10 @@ def on_failure(p: Plan, exc: BackendError) -> Outcome | object | None:
         logger.warning("django_gcra: rate-limit store unavailable, policy %r answered by on_failure=%s "
                        "(%d fallback decision(s) since the last report): %s", p.policy.name, mode, due, exc)
     return outcome
+
+
+def status() -> dict[str, object]:
+    """This process's fallback counters and circuit breakers (``gcra_status``, health checks)."""
+    from .backends.breaker import breakers
+
+    return {"fallback": stats.snapshot(), "breakers": breakers()}

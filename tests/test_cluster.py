@@ -103,7 +103,7 @@ def test_slot_migrated_under_load(on_cluster: Cluster):
     while 4 processes hammer it: no over-admission, state moves with the keys."""
     source = on_cluster.owner(0)
     target = next(n.port for n in on_cluster.nodes if n.port != source)
-    moved = range(0, 30)  # reshard takes the source's lowest slots first
+    moved = range(30)  # reshard takes the source's lowest slots first
     assert all(on_cluster.owner(s) == source for s in moved)
     hot, *others = tenants_in_slots(moved, 101)
     for tenant in others:  # consume each other tenant's whole user burst before the move

@@ -11,7 +11,7 @@ import pytest
 
 from django_gcra import adecide, decide
 from django_gcra.backends.breaker import breakers, reset_breakers
-from django_gcra.fallback import local_backend, stats
+from django_gcra.fallback import local_backend, stats, status
 from tests.servers import RedisServer, start_redis
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -142,13 +142,16 @@ def test_fallback_is_logged_at_a_bounded_rate(server: RedisServer, caplog, gcra_
     lines = [r for r in caplog.records if "on_failure=open" in r.getMessage()]
     assert len(lines) == 1 and "(1 fallback decision" in lines[0].getMessage()
     assert stats.total("open", allowed=True) == 25
-    assert stats.snapshot()["last_error"]
+    report = status()
+    assert report["fallback"]["decisions"] == [{"policy": "open", "on_failure": "open", "allowed": True, "count": 25}]
+    assert report["fallback"]["last_error"] and report["breakers"][0]["state"] == "open"
 
 
 def test_timeouts_are_the_limiters_not_the_caches(server: RedisServer, settings):
     """The cache keeps its own (long) timeouts; only the limiter's calls are tight."""
-    from django_gcra.backends.clients import limiter_client
     from django_redis import get_redis_connection
+
+    from django_gcra.backends.clients import limiter_client
 
     settings.CACHES = {"default": {**settings.CACHES["default"], "OPTIONS": {"SOCKET_TIMEOUT": 5}}}
     cache_kwargs = get_redis_connection("default").connection_pool.connection_kwargs

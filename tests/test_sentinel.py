@@ -63,8 +63,8 @@ def test_master_killed_failover(on_sentinel: SentinelSet):
     deadline = time.monotonic() + 30
     recovered_at = None
     while time.monotonic() < deadline:
-        for name in seen:
-            seen[name].append(decide(name, {"ip": f"during-{name}"}))
+        for name, decisions in seen.items():
+            decisions.append(decide(name, {"ip": f"during-{name}"}))
         if group.master_port() == replica and recovered_at is None:
             recovered_at = time.monotonic()
         if recovered_at is not None and not any(seen[n][-1].fallback for n in seen):

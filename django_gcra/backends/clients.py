@@ -23,7 +23,7 @@ import redis.cluster
 from redis.backoff import NoBackoff
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from .settings import timeouts
+from .settings import memo, timeouts
 
 __all__ = ["limiter_client", "limiter_async_client", "endpoint_name", "endpoint_for", "cache_client"]
 
@@ -48,9 +48,18 @@ def cache_client(alias: str) -> Any:
 
 def endpoint_name(alias: str) -> str:
     """The configured endpoint(s) of ``alias``, without credentials: one breaker each."""
+    return _endpoint_names().get(alias, alias)
+
+
+@memo
+def _endpoint_names() -> dict[str, str]:
     from django.conf import settings
 
-    location = settings.CACHES.get(alias, {}).get("LOCATION", "")
+    return {alias: _endpoint_name(config) for alias, config in settings.CACHES.items()}
+
+
+def _endpoint_name(config: dict[str, Any]) -> str:
+    location = config.get("LOCATION", "")
     urls = location if isinstance(location, (list, tuple)) else str(location).split(",")
     names = []
     for url in urls:
@@ -101,9 +110,14 @@ def _build_sync(alias: str) -> Any:
 
 def _key(alias: str) -> tuple[Any, ...]:
     # A new client when the alias's configuration or the (live) timeouts change.
+    return (alias, _configs().get(alias), timeouts())
+
+
+@memo
+def _configs() -> dict[str, str]:
     from django.conf import settings
 
-    return (alias, repr(settings.CACHES.get(alias)), timeouts())
+    return {alias: repr(config) for alias, config in settings.CACHES.items()}
 
 
 def limiter_client(alias: str) -> Any:

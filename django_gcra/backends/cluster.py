@@ -26,6 +26,7 @@ import redis.cluster
 from django.core.exceptions import ImproperlyConfigured
 from django_redis.client import DefaultClient
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisClusterException, RedisError
 
 __all__ = ["ClusterClient", "startup_nodes", "tight_cluster", "tight_async_cluster"]
 
@@ -109,6 +110,6 @@ def node_of(client: Any, key: str) -> str | None:
     """``host:port`` of the primary serving ``key``'s slot, if the client knows it yet."""
     try:
         node = client.get_node_from_key(key)
-    except Exception:  # topology not loaded yet (async clients load it lazily)
+    except (RedisClusterException, RedisError, LookupError, AttributeError):  # topology not loaded yet
         return None
     return None if node is None else f"{node.host}:{node.port}"

@@ -11,8 +11,16 @@ from typing import Any
 
 import redis
 import redis.asyncio
-from redis.exceptions import (ClusterDownError, MasterDownError, NoScriptError, ReadOnlyError, RedisClusterException,
-                              RedisError, ResponseError, TryAgainError)
+from redis.exceptions import (
+    ClusterDownError,
+    MasterDownError,
+    NoScriptError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 
 from ..algorithm import ALLOWED
 from .base import Backend, BackendError, LimitSpec, Outcome

@@ -6,14 +6,36 @@ raise ``ImproperlyConfigured`` on a bad value, so a typo never silently disables
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 
 from ..conf import setting
 from ..policy import Problem
 
 __all__ = ["timeouts", "breaker_params", "fallback_processes", "fallback_log_interval", "problems"]
+
+_T = TypeVar("_T")
+_memos: list[Any] = []
+
+
+def memo(func: Callable[[], _T]) -> Callable[[], _T]:
+    """Cache a reader until DJANGO_GCRA or CACHES changes: it runs on every decision."""
+    cached = functools.cache(func)
+    _memos.append(cached)
+    return cached
+
+
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DJANGO_GCRA", "CACHES"):
+        for cached in _memos:
+            cached.cache_clear()
+
+
+setting_changed.connect(_forget)
 
 SLOW_TIMEOUT_MS = 1000  # above this a slow Redis visibly stalls every request (W040)
 
@@ -110,6 +132,7 @@ def _raise_first(found: list[Problem]) -> None:
         raise ImproperlyConfigured(f"{errors[0].msg} ({errors[0].id})")
 
 
+@memo
 def timeouts() -> tuple[float, float]:
     """(read, connect) timeouts of the limiter's own Redis calls, in seconds."""
     _raise_first(_timeout_problems())
@@ -118,6 +141,7 @@ def timeouts() -> tuple[float, float]:
     return read / 1000, (read if connect is None else connect) / 1000
 
 
+@memo
 def breaker_params() -> tuple[int, float]:
     """(consecutive failures that open the circuit, cool-down seconds)."""
     _raise_first(_breaker_problems())
@@ -125,11 +149,13 @@ def breaker_params() -> tuple[int, float]:
     return raw.get("failures", 5), float(raw.get("cooldown", 1.0))
 
 
+@memo
 def fallback_processes() -> int:
     _raise_first(_fallback_problems())
     return setting("FALLBACK_PROCESSES")
 
 
+@memo
 def fallback_log_interval() -> float:
     _raise_first(_fallback_problems())
     return float(setting("FALLBACK_LOG_INTERVAL"))
