@@ -66,6 +66,15 @@ def test_many_tenants_across_slots(on_cluster: Cluster):
     assert ports <= {b["endpoint"] for b in breakers()}
 
 
+def test_the_alias_is_also_a_django_cache(on_cluster: Cluster):
+    from django.core.cache import cache
+
+    for i in range(20):  # keys in many slots
+        cache.set(f"k{i}", {"n": i}, 30)
+    assert [cache.get(f"k{i}")["n"] for i in range(20)] == list(range(20))
+    assert cache.add("k-counter", 1) and cache.incr("k-counter") == 2
+
+
 async def test_async_decisions_on_the_cluster(on_cluster: Cluster):
     for tenant in ("x1", "x2", "x3", "x4"):
         got = [(await adecide("api", {"tenant": tenant, "user": "a"})).allowed for _ in range(4)]

@@ -123,12 +123,13 @@ async def test_paused_async(server: RedisServer, on_failure):
         server.resume()
 
 
-def test_scripts_flushed_mid_traffic(server: RedisServer):
+@pytest.mark.parametrize("on_failure", ON_FAILURE)
+def test_scripts_flushed_mid_traffic(server: RedisServer, on_failure):
     """SCRIPT FLUSH (or a restart, or a failover) is invisible: the script is reloaded."""
     client = server.client()
-    first = [d.allowed for _, d in timed("closed", "f", 2)]
+    first = [d.allowed for _, d in timed(on_failure, "f", 2)]
     client.script_flush()
-    rest = [d for _, d in timed("closed", "f", 3)]
+    rest = [d for _, d in timed(on_failure, "f", 3)]
     assert first + [d.allowed for d in rest] == [True] * BURST + [False]
     assert not any(d.fallback for d in rest) and stats.total() == 0
     assert client.script_exists(__import__("django_gcra.backends.redis").backends.redis.SCRIPT_SHA) == [True]
