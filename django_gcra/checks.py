@@ -19,6 +19,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         messages.append(kind(problem.msg, hint=problem.hint, id=problem.id))
     messages += _check_cache()
     messages += _check_descriptors()
+    messages += _check_resilience()
     return messages
 
 
@@ -131,3 +132,9 @@ def _routed_policies() -> set[str]:
         return set(walk(get_resolver().url_patterns))
     except Exception:  # a broken URLconf is reported by Django's own checks
         return set()
+
+def _check_resilience() -> list[checks.CheckMessage]:
+    """Timeouts, breaker and local fallback settings (django_gcra.E040-E049 / W040-W049)."""
+    from .backends.settings import problems
+
+    return [(checks.Error if p.is_error else checks.Warning)(p.msg, hint=p.hint, id=p.id) for p in problems()]

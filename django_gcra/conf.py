@@ -36,6 +36,13 @@ DEFAULTS: dict[str, Any] = {
     "HEADERS": "draft-11",  # draft-11 | draft-03 | x-ratelimit | none
     "DENIED_VIEW": None,  # dotted path: (request, decision) -> HttpResponse
     "IPV6_PREFIX": 64,  # IPv6 clients are grouped by this network prefix
+    # Resilience (docs/operations.md): the limiter's own Redis timeouts (ms), the circuit
+    # breaker per endpoint, and the per-process local fallback.
+    "TIMEOUT": 10,
+    "CONNECT_TIMEOUT": None,  # None: same as TIMEOUT
+    "BREAKER": {"failures": 5, "cooldown": 1.0},
+    "FALLBACK_PROCESSES": 1,
+    "FALLBACK_LOG_INTERVAL": 10.0,
 }
 
 

@@ -1,34 +1,114 @@
-"""What a decision answers when the store fails: the policy's ``on_failure``."""
+"""What a decision answers when the store fails: the policy's ``on_failure``.
+
+- ``open``: allow. ``closed``: deny without a limit having been exceeded (the surfaces
+  answer 503, see docs/operations.md). ``local``: a per-process GCRA on the memory
+  backend at each limit's ``fallback_rate``, by default its rate divided by
+  ``FALLBACK_PROCESSES`` (the number of processes that share the limit).
+
+Every fallback decision is counted in ``stats`` (per process, read by ``gcra_status``
+and monitoring) and logged, at most once per ``FALLBACK_LOG_INTERVAL`` seconds per
+policy, with the number of decisions since the previous line; metrics and the audit
+trail see ``Decision.fallback`` through the ``decision`` signal.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from .backends import BackendError, LimitSpec, Outcome
 from .backends.memory import MemoryBackend
+from .backends.settings import fallback_log_interval, fallback_processes
 
 if TYPE_CHECKING:
-    from .limiter import Plan
+    from .limiter import Plan, _Planned
+
+__all__ = ["CLOSED", "on_failure", "stats", "status", "local_backend", "fallback_spec"]
 
 logger = logging.getLogger("django_gcra")
 local_backend = MemoryBackend()  # the per-process store of on_failure="local"
 
-
 CLOSED = object()  # on_failure="closed": deny without a limit having been exceeded
+
+
+class FallbackStats:
+    """Per-process counters of fallback decisions, by (policy, on_failure, allowed)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.decisions: Counter[tuple[str, str, bool]] = Counter()
+        self.last_error = ""
+        self.last_at = 0.0  # time.time() of the last fallback decision
+        self._logged_at: dict[str, float] = {}
+        self._unlogged: Counter[str] = Counter()
+
+    def record(self, policy: str, mode: str, allowed: bool, exc: BaseException) -> int | None:
+        """Count one decision; return how many to report if a log line is due, else None."""
+        now = time.monotonic()
+        with self._lock:
+            self.decisions[(policy, mode, allowed)] += 1
+            self.last_error, self.last_at = f"{type(exc).__name__}: {exc}"[:200], time.time()
+            self._unlogged[policy] += 1
+            last = self._logged_at.get(policy)
+            if last is not None and now - last < fallback_log_interval():
+                return None
+            self._logged_at[policy] = now
+            return self._unlogged.pop(policy)
+
+    def total(self, policy: str | None = None, allowed: bool | None = None) -> int:
+        with self._lock:
+            return sum(n for (p, _, a), n in self.decisions.items()
+                       if (policy is None or p == policy) and (allowed is None or a == allowed))
+
+    def snapshot(self) -> dict[str, object]:
+        with self._lock:
+            return {"decisions": [{"policy": p, "on_failure": m, "allowed": a, "count": n}
+                                  for (p, m, a), n in sorted(self.decisions.items())],
+                    "last_error": self.last_error, "last_at": self.last_at}
+
+    def reset(self) -> None:
+        with self._lock:
+            self.decisions.clear()
+            self._logged_at.clear()
+            self._unlogged.clear()
+            self.last_error, self.last_at = "", 0.0
+
+
+stats = FallbackStats()
+
+
+def fallback_spec(spec: LimitSpec, planned: _Planned) -> LimitSpec:
+    """The local limit of one limit: its ``fallback_rate`` (burst: the rate's count), or
+    its own rate and burst shared by ``FALLBACK_PROCESSES`` processes."""
+    if planned.limit.fallback_rate is not None:
+        rate = planned.limit.fallback_rate
+        return LimitSpec(spec.key, rate.interval, rate.count, spec.enforce)
+    processes = fallback_processes()
+    return LimitSpec(spec.key, spec.interval * processes, max(1, spec.burst // processes), spec.enforce)
 
 
 def on_failure(p: Plan, exc: BackendError) -> Outcome | object | None:
     """The outcome the failure policy gives: None fails open, CLOSED fails closed."""
-    logger.warning("django_gcra: store failed for policy %r (on_failure=%s): %s", p.policy.name,
-                   p.policy.on_failure, exc)
-    if p.policy.on_failure == "open":
-        return None
-    if p.policy.on_failure == "closed":
-        return CLOSED
-    specs = [
-        LimitSpec(spec.key, (pl.limit.fallback_rate or pl.rate).interval,
-                  pl.limit.fallback_rate.count if pl.limit.fallback_rate else spec.burst, spec.enforce)
-        for spec, pl in zip(p.specs, p.limits)
-    ]
-    return local_backend.evaluate(specs, p.cost)
+    mode = p.policy.on_failure
+    if mode == "open":
+        outcome: Outcome | object | None = None
+    elif mode == "closed":
+        outcome = CLOSED
+    else:
+        outcome = local_backend.evaluate([fallback_spec(s, pl) for s, pl in zip(p.specs, p.limits)], p.cost)
+    allowed = outcome is None or (isinstance(outcome, Outcome) and outcome.allowed)
+    due = stats.record(p.policy.name, mode, allowed, exc)
+    if due is not None:
+        logger.warning("django_gcra: rate-limit store unavailable, policy %r answered by on_failure=%s "
+                       "(%d fallback decision(s) since the last report): %s", p.policy.name, mode, due, exc)
+    return outcome
+
+
+def status() -> dict[str, object]:
+    """This process's fallback counters and circuit breakers (``gcra_status``, health checks)."""
+    from .backends.breaker import breakers
+
+    return {"fallback": stats.snapshot(), "breakers": breakers()}

@@ -16,7 +16,8 @@ from django.core.signals import setting_changed
 
 from .algorithm import ALLOWED
 from .backends import Backend, BackendError, LimitSpec, Outcome
-from .backends.redis import RedisBackend, django_redis_async_client, django_redis_client
+from .backends.clients import endpoint_for, limiter_async_client, limiter_client
+from .backends.redis import RedisBackend
 from .conf import get_config, setting
 from .decision import Decision, LimitState
 from .fallback import CLOSED, on_failure
@@ -43,8 +44,9 @@ def get_policy(policy: str | Policy) -> Policy:
 
 @functools.cache
 def _backend_for(alias: str) -> Backend:
-    return RedisBackend(functools.partial(django_redis_client, alias),
-                        functools.partial(django_redis_async_client, alias))
+    # The limiter's own clients (tight timeouts) and a circuit breaker per endpoint.
+    return RedisBackend(functools.partial(limiter_client, alias), functools.partial(limiter_async_client, alias),
+                        functools.partial(endpoint_for, alias))
 
 
 def backend_for(policy: Policy) -> Backend:

@@ -4,6 +4,8 @@ import pytest
 
 from tests.servers import RedisServer, start_redis
 
+TEST_TIMEOUT_MS = 1000
+
 
 @pytest.fixture(scope="session")
 def redis_server():
@@ -38,7 +40,9 @@ def gcra_settings(settings):
     """Replace DJANGO_GCRA: ``gcra_settings(POLICIES={...})``."""
 
     def apply(**values):
-        settings.DJANGO_GCRA = values
+        # A generous limiter timeout, so a loaded test machine never turns a decision into a
+        # fallback by accident; the fault tests set their own tight TIMEOUT.
+        settings.DJANGO_GCRA = {"TIMEOUT": TEST_TIMEOUT_MS, **values}
         return values
 
     return apply

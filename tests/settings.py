@@ -41,6 +41,7 @@ CACHES = {
     }
 }
 DJANGO_GCRA = {
+    "TIMEOUT": 1000,  # ms: generous on a loaded test machine (the fault tests set their own)
     "POLICIES": {
         "login": {"limits": [{"name": "ip", "key": ["ip"], "rate": "5/m", "burst": 5}], "on_failure": "closed"},
     },

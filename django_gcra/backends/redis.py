@@ -11,10 +11,29 @@ from typing import Any
 
 import redis
 import redis.asyncio
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import (
+    ClusterDownError,
+    MasterDownError,
+    NoScriptError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 
 from ..algorithm import ALLOWED
 from .base import Backend, BackendError, LimitSpec, Outcome
+from .breaker import breaker_for
+
+# Errors that say the endpoint is unhealthy (and count towards its circuit breaker);
+# any other ResponseError is a problem with one call (a script or data error).
+_STORE_ERRORS = (RedisError, RedisClusterException)
+_ENDPOINT_RESPONSE_ERRORS = (ReadOnlyError, ClusterDownError, TryAgainError, MasterDownError)
+
+
+def _counts_against_endpoint(exc: BaseException) -> bool:
+    return not isinstance(exc, ResponseError) or isinstance(exc, _ENDPOINT_RESPONSE_ERRORS)
 
 SCRIPT = files(__package__).joinpath("gcra.lua").read_text(encoding="utf-8")
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
@@ -90,41 +109,64 @@ class RedisBackend(Backend):
     """One EVALSHA per decision on the client that ``get_client()`` returns.
 
     Async decisions use ``get_async_client()`` (a native asyncio client) when it
-    returns one, so an async view never blocks the event loop on Redis.
+    returns one, so an async view never blocks the event loop on Redis. With an
+    ``endpoint(key)`` callable, every call goes through that endpoint's circuit
+    breaker: while it is open, ``BackendError`` is raised without any network I/O.
     """
 
-    def __init__(self, get_client: Callable[[], Any], get_async_client: Callable[[], Any] | None = None) -> None:
-        self._get_client = get_client
-        self._client: Any = None
+    def __init__(self, get_client: Callable[[], Any], get_async_client: Callable[[], Any] | None = None,
+                 endpoint: Callable[[str], str] | None = None) -> None:
+        self.get_client = get_client
         self.get_async_client = get_async_client
+        self.endpoint = endpoint
 
-    def get_client(self) -> Any:
-        # redis-py clients are thread-safe; looking one up through Django's per-thread
-        # cache handler on every decision would cost more than the decision itself.
-        if self._client is None:
-            self._client = self._get_client()
-        return self._client
+    def _breaker(self, keys: Sequence[str]) -> Any:
+        if self.endpoint is None:
+            return None
+        breaker = breaker_for(self.endpoint(keys[0]))
+        breaker.before_call()  # raises CircuitOpen (a BackendError) while open
+        return breaker
+
+    @staticmethod
+    def _failed(breaker: Any, exc: BaseException) -> BackendError:
+        if breaker is not None:
+            if _counts_against_endpoint(exc):
+                breaker.failure(exc)
+            else:
+                breaker.release_probe()
+        return BackendError(f"{type(exc).__name__}: {exc}")
 
     def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+        keys = [s.key for s in specs]
+        breaker = self._breaker(keys)
         try:
-            reply = run_script(self.get_client(), [s.key for s in specs], script_args(specs, cost))
-        except RedisError as exc:
-            raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+            reply = run_script(self.get_client(), keys, script_args(specs, cost))
+        except _STORE_ERRORS as exc:
+            raise self._failed(breaker, exc) from exc
+        if breaker is not None:
+            breaker.success()
         return parse_reply(reply)
 
     async def aevaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
-        client = self.get_async_client() if self.get_async_client else None
+        keys = [s.key for s in specs]
+        try:
+            client = self.get_async_client() if self.get_async_client else None
+        except _STORE_ERRORS as exc:
+            raise BackendError(f"{type(exc).__name__}: {exc}") from exc
         if client is None:
             return await super().aevaluate(specs, cost)
+        breaker = self._breaker(keys)
         try:
-            reply = await arun_script(client, [s.key for s in specs], script_args(specs, cost))
-        except RedisError as exc:
-            raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+            reply = await arun_script(client, keys, script_args(specs, cost))
+        except _STORE_ERRORS as exc:
+            raise self._failed(breaker, exc) from exc
+        if breaker is not None:
+            breaker.success()
         return parse_reply(reply)
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         try:
             values = self.get_client().mget(keys)
-        except RedisError as exc:
+        except _STORE_ERRORS as exc:
             raise BackendError(f"{type(exc).__name__}: {exc}") from exc
         return [None if v is None else int(v) for v in values]

@@ -1,0 +1,113 @@
+"""A circuit breaker per Redis endpoint, so a dead or slow Redis costs one timeout per
+cool-down instead of one per request.
+
+closed -> (``failures`` consecutive failures) -> open -> (``cooldown`` seconds) ->
+half-open: exactly one probe call goes to the network; its success closes the circuit,
+its failure opens it for another cool-down. While open (and while the probe is in
+flight) every other call is refused at once: no network time at all.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .base import BackendError
+
+__all__ = ["CircuitBreaker", "CircuitOpen", "breaker_for", "breakers", "reset_breakers"]
+
+CLOSED, OPEN, HALF_OPEN = "closed", "open", "half-open"
+
+
+class CircuitOpen(BackendError):
+    """Refused without a network call: the endpoint's circuit is open."""
+
+
+@dataclass
+class BreakerStats:
+    opened: int = 0  # times the circuit opened
+    refused: int = 0  # calls refused without touching the network
+    failures: int = 0  # failed calls (all time)
+
+
+class CircuitBreaker:
+    """Thread-safe; shared by the sync and async paths of one process."""
+
+    def __init__(self, endpoint: str, failures: int = 5, cooldown: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.endpoint = endpoint
+        self.threshold = failures
+        self.cooldown = cooldown
+        self.clock = clock
+        self.state = CLOSED
+        self.consecutive = 0
+        self.opened_at = 0.0
+        self.last_error = ""
+        self.stats = BreakerStats()
+        self._lock = threading.Lock()
+
+    def before_call(self) -> None:
+        """Raise ``CircuitOpen`` unless this call may go to the network."""
+        with self._lock:
+            if self.state == CLOSED:
+                return
+            if self.state == OPEN and self.clock() - self.opened_at >= self.cooldown:
+                self.state = HALF_OPEN  # this caller is the probe; the others keep being refused
+                return
+            self.stats.refused += 1
+        raise CircuitOpen(f"circuit open for {self.endpoint} (last error: {self.last_error})")
+
+    def success(self) -> None:
+        with self._lock:
+            self.state, self.consecutive = CLOSED, 0
+
+    def failure(self, exc: BaseException) -> None:
+        with self._lock:
+            self.stats.failures += 1
+            self.consecutive += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"[:200]
+            if self.state == HALF_OPEN or (self.state == CLOSED and self.consecutive >= self.threshold):
+                self.state, self.opened_at = OPEN, self.clock()
+                self.stats.opened += 1
+
+    def release_probe(self) -> None:
+        """The probe ended without a verdict (e.g. a script error): let another probe run."""
+        with self._lock:
+            if self.state == HALF_OPEN:
+                self.state, self.opened_at = OPEN, self.clock() - self.cooldown
+
+    def snapshot(self) -> dict[str, object]:
+        with self._lock:
+            return {"endpoint": self.endpoint, "state": self.state, "consecutive_failures": self.consecutive,
+                    "opened": self.stats.opened, "refused": self.stats.refused,
+                    "failures": self.stats.failures, "last_error": self.last_error}
+
+
+_breakers: dict[str, CircuitBreaker] = {}
+_registry_lock = threading.Lock()
+
+
+def breaker_for(endpoint: str) -> CircuitBreaker:
+    """The process's breaker for ``endpoint``, configured by the ``BREAKER`` setting (read live)."""
+    from .settings import breaker_params
+
+    failures, cooldown = breaker_params()
+    breaker = _breakers.get(endpoint)
+    if breaker is None:
+        with _registry_lock:
+            breaker = _breakers.setdefault(endpoint, CircuitBreaker(endpoint, failures, cooldown))
+    breaker.threshold, breaker.cooldown = failures, cooldown
+    return breaker
+
+
+def breakers() -> list[dict[str, object]]:
+    """A snapshot of every endpoint's breaker (for ``gcra_status`` and monitoring)."""
+    return [b.snapshot() for b in list(_breakers.values())]
+
+
+def reset_breakers() -> None:
+    """Forget every breaker (tests; settings changes)."""
+    with _registry_lock:
+        _breakers.clear()

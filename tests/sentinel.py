@@ -1,0 +1,97 @@
+"""A real Sentinel deployment on free loopback ports: a master, a replica and three
+``redis-sentinel`` processes with short failure-detection timings, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from tests.servers import RedisServer, free_port, start_redis
+
+REDIS_SENTINEL = shutil.which("redis-sentinel") or "/usr/bin/redis-sentinel"
+SERVICE = "mymaster"
+DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS = 300, 2000
+
+
+@dataclass
+class SentinelSet:
+    master: RedisServer
+    replica: RedisServer
+    sentinel_ports: list[int] = field(default_factory=list)
+    processes: list[subprocess.Popen] = field(default_factory=list)
+    workdir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="gcra-sentinel-"))
+
+    def caches(self) -> dict:
+        """A CACHES entry for django-redis's SentinelClient on this deployment."""
+        return {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": f"redis://{SERVICE}/0",
+                "OPTIONS": {"CLIENT_CLASS": "django_redis.client.SentinelClient",
+                            "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                            "SENTINELS": [("127.0.0.1", p) for p in self.sentinel_ports],
+                            "SENTINEL_KWARGS": {"socket_timeout": 0.2}}}
+
+    def sentinel(self, index: int = 0) -> redis.Redis:
+        return redis.Redis(port=self.sentinel_ports[index], socket_timeout=1)
+
+    def master_port(self) -> int:
+        return int(self.sentinel().sentinel_get_master_addr_by_name(SERVICE)[1])
+
+    def wait(self, predicate, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if predicate():
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"sentinel harness: timed out waiting for {what}")
+
+    def wait_ready(self) -> None:
+        """Every sentinel sees the master, the replica and the two other sentinels."""
+        def ready() -> bool:
+            for i in range(len(self.sentinel_ports)):
+                info = self.sentinel(i).sentinel_master(SERVICE)
+                if info["num-slaves"] < 1 or info["num-other-sentinels"] < len(self.sentinel_ports) - 1:
+                    return False
+            return True
+
+        self.wait(ready, 30, "the sentinels to discover each other")
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+                process.wait(5)
+        self.master.stop()
+        self.replica.stop()
+
+
+def start_sentinels(count: int = 3) -> SentinelSet:
+    master = start_redis()
+    replica = start_redis("--replicaof", "127.0.0.1", str(master.port))
+    group = SentinelSet(master, replica)
+    try:
+        group.wait(lambda: replica.client().info("replication")["master_link_status"] == "up", 20,
+                   "the replica to sync")
+        for _ in range(count):
+            port = free_port()
+            conf = Path(group.workdir) / f"sentinel-{port}.conf"  # sentinel rewrites its file: keep it writable
+            conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {group.workdir}\n"
+                            f"sentinel monitor {SERVICE} 127.0.0.1 {master.port} 2\n"
+                            f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
+                            f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
+                            f"sentinel parallel-syncs {SERVICE} 1\n")
+            group.processes.append(subprocess.Popen([REDIS_SENTINEL, str(conf)], stdout=subprocess.DEVNULL,
+                                                    stderr=subprocess.DEVNULL))
+            group.sentinel_ports.append(port)
+        group.wait_ready()
+    except BaseException:
+        group.stop()
+        raise
+    return group
