@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "ROUTES": [],
     "TRUSTED_PROXIES": 0,
     "DEFAULT_TIER": None,
+    "LEASE_MAX_KEYS": 10_000,  # leased keys kept per policy and process (leases.py)
 }
 
 

@@ -1,0 +1,333 @@
+"""Local token leases: serve most decisions of a hot key from memory.
+
+A policy with ``"lease": {"size": L, "ttl": s}`` is decided by a ``LeasingBackend``
+wrapped around the store. A request its process's lease for the key cannot cover takes
+up to L units from the global GCRA in ONE script call (as many as are free near the
+quota edge, at least the request's own cost), spends its own cost and keeps the rest
+for ``ttl`` seconds. Every leased unit is counted by the script when it is taken, so
+a lease never admits more than the global limit; units unused when the lease expires
+are stranded (lost to everyone), at most L per process and key.
+
+``Decision.remaining`` from a leased key is the store's remaining as of this process's
+last call for the key plus the units this process still holds: exact for one process,
+optimistic by what other processes took since that call (at most ``ttl`` old).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .algorithm import ALLOWED
+from .backends import Backend, BackendError, LimitSpec, Outcome
+from .conf import setting
+from .policy import Lease, Policy
+
+__all__ = ["LeasingBackend", "LeaseStats", "leasing_backend", "lease_stats", "reset_leases"]
+
+logger = logging.getLogger("django_gcra")
+
+
+@dataclass
+class LeaseStats:
+    """Counters of one leased policy in this process (read with ``lease_stats()``)."""
+
+    decisions: int = 0  # decisions that came through the lease wrapper
+    local: int = 0  # served from memory, no store call
+    store_calls: int = 0  # script calls made: refills, prefetches, direct decisions
+    leased_units: int = 0  # units taken from the store by refills and prefetches
+    stranded_units: int = 0  # leased units that expired or were evicted unused
+    held_units: int = 0  # units held right now (a gauge: stranded if no traffic comes)
+
+    @property
+    def calls_saved(self) -> int:
+        """Store calls avoided compared with one call per decision."""
+        return self.decisions - self.store_calls
+
+
+@dataclass
+class _Chunk:
+    units: int
+    expires: float  # monotonic seconds
+
+
+@dataclass
+class _KeyLease:
+    """One key's lease in this process. Fields change only under ``lock``."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    chunks: list[_Chunk] = field(default_factory=list)  # oldest first
+    refilling: bool = False  # a refill or prefetch call is in flight
+    spec: LimitSpec | None = None
+    store_remaining: int = 0  # the store's remaining after our last call for the key
+    store_reset: float = 0.0  # monotonic time at which the key rests, as of that call
+    store_now: int = 0  # the store clock (us) at that call, and our clock then
+    seen_at: float = 0.0
+
+    def held(self) -> int:
+        return _units(self.chunks)
+
+
+def _units(chunks: list[_Chunk]) -> int:
+    return sum(c.units for c in chunks)
+
+
+class LeasingBackend(Backend):
+    """A ``Backend`` serving one leased policy's single-limit decisions from local leases.
+
+    Anything a lease cannot answer honestly goes straight to ``inner``: shadow limits,
+    several limits, peeks (cost 0), and costs above the burst.
+    """
+
+    def __init__(self, inner: Backend, lease: Lease, *, max_keys: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic, prefetch: Callable[[Callable[[], None]], Any] | None = None):
+        self.inner, self.lease, self.max_keys, self.clock = inner, lease, max_keys, clock
+        self.prefetch = prefetch or _submit
+        self._stats = LeaseStats()
+        self._stats_lock = threading.Lock()
+        self._keys: OrderedDict[str, _KeyLease] = OrderedDict()
+        self._keys_lock = threading.Lock()
+        self._next_sweep = 0.0
+
+    # The request path -------------------------------------------------------------
+
+    def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+        if not self._leasable(specs, cost):
+            return self._direct(None, self.inner.evaluate(specs, cost))
+        state = self._state(specs[0].key)
+        served, own = self._serve(state, specs[0], cost)
+        if served is not None:
+            return served
+        if own is None:  # another call is refilling this key: decide this one directly
+            return self._direct(state, self.inner.evaluate(specs, cost))
+        need, started = cost - _units(own), self.clock()
+        try:
+            outcome = self.inner.take(specs, max(self.lease.size, need), need)
+        except BaseException:
+            self._refilled(state, need, own, started, None)
+            raise
+        return self._refilled(state, need, own, started, outcome)
+
+    async def aevaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+        if not self._leasable(specs, cost):
+            return self._direct(None, await self.inner.aevaluate(specs, cost))
+        state = self._state(specs[0].key)
+        served, own = self._serve(state, specs[0], cost)  # never awaits while holding a lock
+        if served is not None:
+            return served
+        if own is None:
+            return self._direct(state, await self.inner.aevaluate(specs, cost))
+        need, started = cost - _units(own), self.clock()
+        try:
+            outcome = await self.inner.atake(specs, max(self.lease.size, need), need)
+        except BaseException:
+            self._refilled(state, need, own, started, None)
+            raise
+        return self._refilled(state, need, own, started, outcome)
+
+    def _leasable(self, specs: Sequence[LimitSpec], cost: int) -> bool:
+        return len(specs) == 1 and specs[0].enforce and 0 < cost <= specs[0].burst
+
+    def _serve(self, state: _KeyLease, spec: LimitSpec, cost: int) -> tuple[Outcome | None, list[_Chunk] | None]:
+        """Serve from memory when the lease covers ``cost``. Otherwise, unless a refill
+        is in flight ((None, None): decide directly), claim the refill and the units
+        still held, which the refill spends first: (None, chunks)."""
+        now = self.clock()
+        with state.lock:
+            self._expire(state, now)
+            state.spec = spec  # the latest rate and burst (an override may change them)
+            if state.held() >= cost:
+                self._spend(state, cost)
+                outcome = self._local(state, now)
+                self._count(decisions=1, local=1, held_units=-cost)
+                if self.lease.low_water and state.held() <= self.lease.low_water and not state.refilling:
+                    state.refilling = True
+                    self.prefetch(lambda: self._prefetch(state))
+                return outcome, None
+            if state.refilling:
+                return None, None
+            state.refilling = True
+            own, state.chunks = state.chunks, []
+            self._count(held_units=-_units(own))
+            return None, own
+
+    def _refilled(self, state: _KeyLease, need: int, own: list[_Chunk], started: float,
+                  outcome: Outcome | None) -> Outcome:
+        granted = outcome.granted or 0 if outcome is not None else 0
+        with state.lock:
+            state.refilling = False
+            if outcome is not None:
+                self._observe(state, outcome)
+            if outcome is None or not outcome.allowed:  # keep the units for smaller requests
+                state.chunks[:0] = own
+                self._count(held_units=_units(own))
+                self._expire(state, self.clock())
+            elif granted > need:  # the units were counted after `started`: expire from then
+                state.chunks.append(_Chunk(granted - need, started + self.lease.ttl))
+                self._count(held_units=granted - need)
+            held = state.held()
+        self._count(decisions=int(outcome is not None), store_calls=1, leased_units=granted)
+        if outcome is None:
+            return None  # type: ignore[return-value]  # the caller re-raises
+        return replace(outcome, remaining=(outcome.remaining[0] + held,))
+
+    def _direct(self, state: _KeyLease | None, outcome: Outcome) -> Outcome:
+        self._count(decisions=1, store_calls=1)
+        if state is None:
+            return outcome
+        with state.lock:
+            self._observe(state, outcome)
+            held = state.held()
+        return replace(outcome, remaining=(outcome.remaining[0] + held,))
+
+    # Background prefetch ------------------------------------------------------------
+
+    def _prefetch(self, state: _KeyLease) -> None:
+        """Top the lease up ahead of need, off the request path."""
+        started, outcome = self.clock(), None
+        try:
+            outcome = self.inner.take([state.spec], self.lease.size, 1)
+        except BackendError as exc:  # the next request that needs the store will see it too
+            logger.debug("django_gcra: lease prefetch failed: %s", exc)
+        granted = outcome.granted or 0 if outcome is not None else 0
+        with state.lock:
+            state.refilling = False
+            if outcome is not None:
+                self._observe(state, outcome)
+            if granted:
+                state.chunks.append(_Chunk(granted, started + self.lease.ttl))
+        self._count(store_calls=1, leased_units=granted, held_units=granted)
+
+    # Bookkeeping ---------------------------------------------------------------------
+
+    def _spend(self, state: _KeyLease, units: int) -> None:
+        while units:
+            chunk = state.chunks[0]
+            used = min(units, chunk.units)
+            chunk.units -= used
+            units -= used
+            if not chunk.units:
+                state.chunks.pop(0)
+
+    def _expire(self, state: _KeyLease, now: float) -> None:
+        stranded = sum(c.units for c in state.chunks if c.expires <= now)
+        if stranded:
+            state.chunks = [c for c in state.chunks if c.expires > now]
+            self._count(stranded_units=stranded, held_units=-stranded)
+
+    def _observe(self, state: _KeyLease, outcome: Outcome) -> None:
+        now = self.clock()
+        state.store_remaining = outcome.remaining[0]
+        state.store_reset = now + outcome.reset_after[0] / 1e6
+        state.store_now, state.seen_at = outcome.now, now
+
+    def _local(self, state: _KeyLease, now: float) -> Outcome:
+        return Outcome(ALLOWED, ALLOWED, 0, None, state.store_now + int((now - state.seen_at) * 1e6),
+                       (state.store_remaining + state.held(),), (max(0, int((state.store_reset - now) * 1e6)),))
+
+    def _count(self, **deltas: int) -> None:
+        with self._stats_lock:
+            for name, delta in deltas.items():
+                setattr(self._stats, name, getattr(self._stats, name) + delta)
+
+    def stats(self) -> LeaseStats:
+        with self._stats_lock:
+            return replace(self._stats)
+
+    def _state(self, key: str) -> _KeyLease:
+        with self._keys_lock:
+            state = self._keys.get(key)
+            if state is not None:
+                self._keys.move_to_end(key)
+                return state
+            now = self.clock()
+            if len(self._keys) >= self.max_keys or now >= self._next_sweep:
+                self._sweep(now)
+            state = self._keys[key] = _KeyLease()
+            return state
+
+    def _sweep(self, now: float) -> None:
+        """Drop idle leases (all units expired); past ``max_keys``, the least recently used."""
+        self._next_sweep = now + self.lease.ttl
+        for key in [k for k, s in self._keys.items() if not s.refilling and all(c.expires <= now for c in s.chunks)]:
+            state = self._keys.pop(key)
+            with state.lock:
+                self._expire(state, now)
+        while len(self._keys) >= self.max_keys:
+            key, state = next(((k, s) for k, s in self._keys.items() if not s.refilling), next(iter(self._keys.items())))
+            del self._keys[key]
+            with state.lock:
+                evicted = state.held()
+                state.chunks = []
+            self._count(stranded_units=evicted, held_units=-evicted)
+
+    def held_keys(self) -> int:
+        with self._keys_lock:
+            return len(self._keys)
+
+    def read_tats(self, keys: Sequence[str]) -> list[int | None]:
+        return self.inner.read_tats(keys)
+
+
+# One background thread runs prefetches, so a hot key rarely waits on the store.
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _submit(job: Callable[[], None]) -> None:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="django_gcra-lease")
+    _executor.submit(job)
+
+
+_wrappers: dict[tuple[int, str, Lease], LeasingBackend] = {}
+_wrappers_lock = threading.Lock()
+
+
+def leasing_backend(inner: Backend, policy: Policy) -> Backend:
+    """The backend deciding ``policy``: ``inner`` itself, or its lease wrapper if leased."""
+    if policy.lease is None:
+        return inner
+    key = (id(inner), policy.name, policy.lease)
+    wrapper = _wrappers.get(key)
+    if wrapper is None or wrapper.inner is not inner:
+        with _wrappers_lock:
+            wrapper = _wrappers.get(key)
+            if wrapper is None or wrapper.inner is not inner:
+                wrapper = _wrappers[key] = LeasingBackend(inner, policy.lease, max_keys=setting("LEASE_MAX_KEYS"))
+    return wrapper
+
+
+def lease_stats() -> dict[str, LeaseStats]:
+    """Counters per leased policy in this process, summed over its wrappers."""
+    totals: dict[str, LeaseStats] = {}
+    with _wrappers_lock:
+        items = [(name, wrapper.stats()) for (_, name, _), wrapper in _wrappers.items()]
+    for name, stats in items:
+        total = totals.setdefault(name, LeaseStats())
+        for f in fields(LeaseStats):
+            setattr(total, f.name, getattr(total, f.name) + getattr(stats, f.name))
+    return totals
+
+
+def reset_leases() -> None:
+    """Forget every lease and counter in this process (tests; a changed configuration)."""
+    with _wrappers_lock:
+        _wrappers.clear()
+
+
+@receiver(setting_changed)
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DJANGO_GCRA", "CACHES"):
+        reset_leases()
