@@ -9,8 +9,8 @@ a lease never admits more than the global limit; units unused when the lease exp
 are stranded (lost to everyone), at most L per process and key.
 
 ``Decision.remaining`` from a leased key is the store's remaining as of this process's
-last call for the key plus the units this process still holds: exact for one process,
-optimistic by what other processes took since that call (at most ``ttl`` old).
+last call for the key, aged by this process's clock, plus the units this process still
+holds: exact for one process, optimistic by what other processes took since that call.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from .algorithm import ALLOWED
+from .algorithm import ALLOWED, DENIED
 from .backends import Backend, BackendError, LimitSpec, Outcome
 from .conf import setting
 from .policy import Lease, Policy
@@ -68,8 +68,9 @@ class _KeyLease:
     chunks: list[_Chunk] = field(default_factory=list)  # oldest first
     refilling: bool = False  # a refill or prefetch call is in flight
     spec: LimitSpec | None = None
-    store_remaining: int = 0  # the store's remaining after our last call for the key
-    store_reset: float = 0.0  # monotonic time at which the key rests, as of that call
+    denied_until: float = 0.0  # a refill of `denied_need` units was denied until then
+    denied_need: int = 0
+    store_tat: int = 0  # the key's TAT (us) after our last call for it
     store_now: int = 0  # the store clock (us) at that call, and our clock then
     seen_at: float = 0.0
 
@@ -144,7 +145,8 @@ class LeasingBackend(Backend):
         now = self.clock()
         with state.lock:
             self._expire(state, now)
-            state.spec = spec  # the latest rate and burst (an override may change them)
+            if spec != state.spec:  # a new key, or an override changed its rate or burst
+                state.spec, state.denied_until = spec, 0.0
             if state.held() >= cost:
                 self._spend(state, cost)
                 outcome = self._local(state, now)
@@ -153,6 +155,11 @@ class LeasingBackend(Backend):
                     state.refilling = True
                     self.prefetch(lambda: self._prefetch(state))
                 return outcome, None
+            if now + 1e-6 < state.denied_until and cost - state.held() >= state.denied_need:
+                # Others only consume and leases never hand units back, so the store
+                # cannot free this many units before the retry-after it gave us.
+                self._count(decisions=1, local=1)
+                return self._local(state, now, DENIED), None
             if state.refilling:
                 return None, None
             state.refilling = True
@@ -167,6 +174,8 @@ class LeasingBackend(Backend):
             state.refilling = False
             if outcome is not None:
                 self._observe(state, outcome)
+            if outcome is not None and not outcome.allowed:
+                state.denied_until, state.denied_need = started + outcome.retry_after / 1e6, need
             if outcome is None or not outcome.allowed:  # keep the units for smaller requests
                 state.chunks[:0] = own
                 self._count(held_units=_units(own))
@@ -225,14 +234,18 @@ class LeasingBackend(Backend):
             self._count(stranded_units=stranded, held_units=-stranded)
 
     def _observe(self, state: _KeyLease, outcome: Outcome) -> None:
-        now = self.clock()
-        state.store_remaining = outcome.remaining[0]
-        state.store_reset = now + outcome.reset_after[0] / 1e6
-        state.store_now, state.seen_at = outcome.now, now
+        state.store_tat = outcome.now + outcome.reset_after[0]
+        state.store_now, state.seen_at = outcome.now, self.clock()
 
-    def _local(self, state: _KeyLease, now: float) -> Outcome:
-        return Outcome(ALLOWED, ALLOWED, 0, None, state.store_now + int((now - state.seen_at) * 1e6),
-                       (state.store_remaining + state.held(),), (max(0, int((state.store_reset - now) * 1e6)),))
+    def _local(self, state: _KeyLease, now: float, status: int = ALLOWED) -> Outcome:
+        """An outcome from memory: the store's state as of our last call for the key,
+        aged by our own clock (no one else's use is known), plus what we hold."""
+        spec = state.spec
+        store_now = state.store_now + round((now - state.seen_at) * 1_000_000)
+        remaining = max(0, (store_now + spec.interval * spec.burst - state.store_tat) // spec.interval)
+        retry, binding = (0, None) if status == ALLOWED else (max(1, round((state.denied_until - now) * 1e6)), 0)
+        return Outcome(status, status, retry, binding, store_now, (remaining + state.held(),),
+                       (max(0, state.store_tat - store_now),))
 
     def _count(self, **deltas: int) -> None:
         with self._stats_lock:
