@@ -35,6 +35,7 @@ from .policy import Lease, Policy
 __all__ = ["LeasingBackend", "LeaseStats", "leasing_backend", "lease_stats", "reset_leases"]
 
 logger = logging.getLogger("django_gcra")
+REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same key before its own call
 
 
 @dataclass
@@ -67,6 +68,7 @@ class _KeyLease:
     lock: threading.Lock = field(default_factory=threading.Lock)
     chunks: list[_Chunk] = field(default_factory=list)  # oldest first
     refilling: bool = False  # a refill or prefetch call is in flight
+    settled: threading.Event = field(default_factory=threading.Event)  # set when it ends
     spec: LimitSpec | None = None
     denied_until: float = 0.0  # a refill of `denied_need` units was denied until then
     denied_need: int = 0
@@ -106,15 +108,17 @@ class LeasingBackend(Backend):
             return self._direct(None, self.inner.evaluate(specs, cost))
         state = self._state(specs[0].key)
         served, own = self._serve(state, specs[0], cost)
+        if served is None and own is None and state.settled.wait(REFILL_WAIT):
+            served, own = self._serve(state, specs[0], cost)  # another thread refilled: try again
         if served is not None:
             return served
-        if own is None:  # another call is refilling this key: decide this one directly
+        if own is None:  # another call is still refilling this key: decide this one directly
             return self._direct(state, self.inner.evaluate(specs, cost))
         need, started = cost - _units(own), self.clock()
         try:
             outcome = self.inner.take(specs, max(self.lease.size, need), need)
         except BaseException:
-            self._refilled(state, need, own, started, None)
+            self._restore(state, own)
             raise
         return self._refilled(state, need, own, started, outcome)
 
@@ -125,13 +129,13 @@ class LeasingBackend(Backend):
         served, own = self._serve(state, specs[0], cost)  # never awaits while holding a lock
         if served is not None:
             return served
-        if own is None:
+        if own is None:  # waiting for the refill would block the loop: decide this one directly
             return self._direct(state, await self.inner.aevaluate(specs, cost))
         need, started = cost - _units(own), self.clock()
         try:
             outcome = await self.inner.atake(specs, max(self.lease.size, need), need)
         except BaseException:
-            self._refilled(state, need, own, started, None)
+            self._restore(state, own)
             raise
         return self._refilled(state, need, own, started, outcome)
 
@@ -144,15 +148,19 @@ class LeasingBackend(Backend):
         still held, which the refill spends first: (None, chunks)."""
         now = self.clock()
         with state.lock:
-            self._expire(state, now)
+            if state.chunks and state.chunks[0].expires <= now:  # the oldest expires first
+                self._expire(state, now)
             if spec != state.spec:  # a new key, or an override changed its rate or burst
                 state.spec, state.denied_until = spec, 0.0
             if state.held() >= cost:
                 self._spend(state, cost)
                 outcome = self._local(state, now)
-                self._count(decisions=1, local=1, held_units=-cost)
+                with self._stats_lock:  # the hot path: no keyword plumbing
+                    self._stats.decisions += 1
+                    self._stats.local += 1
+                    self._stats.held_units -= cost
                 if self.lease.low_water and state.held() <= self.lease.low_water and not state.refilling:
-                    state.refilling = True
+                    self._claim(state)
                     self.prefetch(lambda: self._prefetch(state))
                 return outcome, None
             if now + 1e-6 < state.denied_until and cost - state.held() >= state.denied_need:
@@ -162,32 +170,39 @@ class LeasingBackend(Backend):
                 return self._local(state, now, DENIED), None
             if state.refilling:
                 return None, None
-            state.refilling = True
+            self._claim(state)
             own, state.chunks = state.chunks, []
             self._count(held_units=-_units(own))
             return None, own
 
-    def _refilled(self, state: _KeyLease, need: int, own: list[_Chunk], started: float,
-                  outcome: Outcome | None) -> Outcome:
-        granted = outcome.granted or 0 if outcome is not None else 0
+    def _refilled(self, state: _KeyLease, need: int, own: list[_Chunk], started: float, outcome: Outcome) -> Outcome:
+        granted = outcome.granted or 0
         with state.lock:
-            state.refilling = False
-            if outcome is not None:
-                self._observe(state, outcome)
-            if outcome is not None and not outcome.allowed:
-                state.denied_until, state.denied_need = started + outcome.retry_after / 1e6, need
-            if outcome is None or not outcome.allowed:  # keep the units for smaller requests
-                state.chunks[:0] = own
-                self._count(held_units=_units(own))
-                self._expire(state, self.clock())
+            self._settle(state)
+            self._observe(state, outcome)
+            if not outcome.allowed:
+                self._restore_locked(state, own)
+                if outcome.retry_after is not None:
+                    state.denied_until, state.denied_need = started + outcome.retry_after / 1e6, need
             elif granted > need:  # the units were counted after `started`: expire from then
                 state.chunks.append(_Chunk(granted - need, started + self.lease.ttl))
                 self._count(held_units=granted - need)
             held = state.held()
-        self._count(decisions=int(outcome is not None), store_calls=1, leased_units=granted)
-        if outcome is None:
-            return None  # type: ignore[return-value]  # the caller re-raises
+        self._count(decisions=1, store_calls=1, leased_units=granted)
         return replace(outcome, remaining=(outcome.remaining[0] + held,))
+
+    def _restore(self, state: _KeyLease, own: list[_Chunk]) -> None:
+        """The refill call failed: the store's failure policy decides this request."""
+        with state.lock:
+            self._settle(state)
+            self._restore_locked(state, own)
+        self._count(store_calls=1)
+
+    def _restore_locked(self, state: _KeyLease, own: list[_Chunk]) -> None:
+        # Keep the units claimed for the refill, with their own expiries, for smaller requests.
+        state.chunks[:0] = own
+        self._count(held_units=_units(own))
+        self._expire(state, self.clock())
 
     def _direct(self, state: _KeyLease | None, outcome: Outcome) -> Outcome:
         self._count(decisions=1, store_calls=1)
@@ -207,9 +222,9 @@ class LeasingBackend(Backend):
             outcome = self.inner.take([state.spec], self.lease.size, 1)
         except BackendError as exc:  # the next request that needs the store will see it too
             logger.debug("django_gcra: lease prefetch failed: %s", exc)
-        granted = outcome.granted or 0 if outcome is not None else 0
+        granted = (outcome.granted or 0) if outcome is not None else 0
         with state.lock:
-            state.refilling = False
+            self._settle(state)
             if outcome is not None:
                 self._observe(state, outcome)
             if granted:
@@ -217,6 +232,14 @@ class LeasingBackend(Backend):
         self._count(store_calls=1, leased_units=granted, held_units=granted)
 
     # Bookkeeping ---------------------------------------------------------------------
+
+    def _claim(self, state: _KeyLease) -> None:
+        state.refilling = True
+        state.settled.clear()
+
+    def _settle(self, state: _KeyLease) -> None:
+        state.refilling = False
+        state.settled.set()
 
     def _spend(self, state: _KeyLease, units: int) -> None:
         while units:
