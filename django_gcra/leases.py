@@ -67,6 +67,7 @@ class _KeyLease:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     chunks: list[_Chunk] = field(default_factory=list)  # oldest first
+    held: int = 0  # the units in `chunks`
     refilling: bool = False  # a refill or prefetch call is in flight
     settled: threading.Event = field(default_factory=threading.Event)  # set when it ends
     spec: LimitSpec | None = None
@@ -75,9 +76,6 @@ class _KeyLease:
     store_tat: int = 0  # the key's TAT (us) after our last call for it
     store_now: int = 0  # the store clock (us) at that call, and our clock then
     seen_at: float = 0.0
-
-    def held(self) -> int:
-        return _units(self.chunks)
 
 
 def _units(chunks: list[_Chunk]) -> int:
@@ -152,18 +150,18 @@ class LeasingBackend(Backend):
                 self._expire(state, now)
             if spec != state.spec:  # a new key, or an override changed its rate or burst
                 state.spec, state.denied_until = spec, 0.0
-            if state.held() >= cost:
+            if state.held >= cost:
                 self._spend(state, cost)
                 outcome = self._local(state, now)
                 with self._stats_lock:  # the hot path: no keyword plumbing
                     self._stats.decisions += 1
                     self._stats.local += 1
                     self._stats.held_units -= cost
-                if self.lease.low_water and state.held() <= self.lease.low_water and not state.refilling:
+                if self.lease.low_water and state.held <= self.lease.low_water and not state.refilling:
                     self._claim(state)
                     self.prefetch(lambda: self._prefetch(state))
                 return outcome, None
-            if now + 1e-6 < state.denied_until and cost - state.held() >= state.denied_need:
+            if now + 1e-6 < state.denied_until and cost - state.held >= state.denied_need:
                 # Others only consume and leases never hand units back, so the store
                 # cannot free this many units before the retry-after it gave us.
                 self._count(decisions=1, local=1)
@@ -171,7 +169,7 @@ class LeasingBackend(Backend):
             if state.refilling:
                 return None, None
             self._claim(state)
-            own, state.chunks = state.chunks, []
+            own, state.chunks, state.held = state.chunks, [], 0
             self._count(held_units=-_units(own))
             return None, own
 
@@ -186,8 +184,9 @@ class LeasingBackend(Backend):
                     state.denied_until, state.denied_need = started + outcome.retry_after / 1e6, need
             elif granted > need:  # the units were counted after `started`: expire from then
                 state.chunks.append(_Chunk(granted - need, started + self.lease.ttl))
+                state.held += granted - need
                 self._count(held_units=granted - need)
-            held = state.held()
+            held = state.held
         self._count(decisions=1, store_calls=1, leased_units=granted)
         return replace(outcome, remaining=(outcome.remaining[0] + held,))
 
@@ -201,6 +200,7 @@ class LeasingBackend(Backend):
     def _restore_locked(self, state: _KeyLease, own: list[_Chunk]) -> None:
         # Keep the units claimed for the refill, with their own expiries, for smaller requests.
         state.chunks[:0] = own
+        state.held += _units(own)
         self._count(held_units=_units(own))
         self._expire(state, self.clock())
 
@@ -210,7 +210,7 @@ class LeasingBackend(Backend):
             return outcome
         with state.lock:
             self._observe(state, outcome)
-            held = state.held()
+            held = state.held
         return replace(outcome, remaining=(outcome.remaining[0] + held,))
 
     # Background prefetch ------------------------------------------------------------
@@ -229,6 +229,7 @@ class LeasingBackend(Backend):
                 self._observe(state, outcome)
             if granted:
                 state.chunks.append(_Chunk(granted, started + self.lease.ttl))
+                state.held += granted
         self._count(store_calls=1, leased_units=granted, held_units=granted)
 
     # Bookkeeping ---------------------------------------------------------------------
@@ -242,6 +243,7 @@ class LeasingBackend(Backend):
         state.settled.set()
 
     def _spend(self, state: _KeyLease, units: int) -> None:
+        state.held -= units
         while units:
             chunk = state.chunks[0]
             used = min(units, chunk.units)
@@ -254,6 +256,7 @@ class LeasingBackend(Backend):
         stranded = sum(c.units for c in state.chunks if c.expires <= now)
         if stranded:
             state.chunks = [c for c in state.chunks if c.expires > now]
+            state.held -= stranded
             self._count(stranded_units=stranded, held_units=-stranded)
 
     def _observe(self, state: _KeyLease, outcome: Outcome) -> None:
@@ -263,12 +266,12 @@ class LeasingBackend(Backend):
     def _local(self, state: _KeyLease, now: float, status: int = ALLOWED) -> Outcome:
         """An outcome from memory: the store's state as of our last call for the key,
         aged by our own clock (no one else's use is known), plus what we hold."""
-        spec = state.spec
+        interval, burst = state.spec.interval, state.spec.burst
         store_now = state.store_now + round((now - state.seen_at) * 1_000_000)
-        remaining = max(0, (store_now + spec.interval * spec.burst - state.store_tat) // spec.interval)
+        rested_in = max(0, state.store_tat - store_now)  # a TAT in the past is a rested key
+        remaining = max(0, (interval * burst - rested_in) // interval)
         retry, binding = (0, None) if status == ALLOWED else (max(1, round((state.denied_until - now) * 1e6)), 0)
-        return Outcome(status, status, retry, binding, store_now, (remaining + state.held(),),
-                       (max(0, state.store_tat - store_now),))
+        return Outcome(status, status, retry, binding, store_now, (remaining + state.held,), (rested_in,))
 
     def _count(self, **deltas: int) -> None:
         with self._stats_lock:
@@ -302,8 +305,7 @@ class LeasingBackend(Backend):
             key, state = next(((k, s) for k, s in self._keys.items() if not s.refilling), next(iter(self._keys.items())))
             del self._keys[key]
             with state.lock:
-                evicted = state.held()
-                state.chunks = []
+                evicted, state.chunks, state.held = state.held, [], 0
             self._count(stranded_units=evicted, held_units=-evicted)
 
     def held_keys(self) -> int:

@@ -367,3 +367,11 @@ def test_a_denial_is_remembered_until_its_retry_after(store, clock):
     clock.t += 0.04
     assert backend.evaluate([spec], 1).allowed and store.calls == calls + 2
     assert backend.stats().decisions == 8
+
+
+def test_remaining_counts_held_units_on_top_of_a_rested_store(store, clock):
+    backend = leased(store, clock, ttl=10.0)
+    backend.evaluate([SPEC], 1)  # holds 9; the store has 90
+    clock.t += 5  # the key rests: the store has its full burst again, and we still hold 9
+    assert backend.evaluate([SPEC], 1).remaining == (100 + 8,)  # what this caller can still be admitted now
+    assert store.evaluate([SPEC], 0).remaining == (100,)
