@@ -19,6 +19,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         messages.append(kind(problem.msg, hint=problem.hint, id=problem.id))
     messages += _check_cache()
     messages += _check_descriptors()
+    messages += _check_leases()
     return messages
 
 
@@ -54,3 +55,12 @@ def _check_descriptors() -> list[checks.CheckMessage]:
                                          hint="Give a dotted path to a callable taking the request.",
                                          id="django_gcra.E013"))
     return messages
+
+
+def _check_leases() -> list[checks.CheckMessage]:
+    value = setting("LEASE_MAX_KEYS")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return [checks.Error(f"DJANGO_GCRA['LEASE_MAX_KEYS'] is {value!r}.",
+                             hint="Give the most leased keys a process keeps per policy: a positive int.",
+                             id="django_gcra.E053")]
+    return []

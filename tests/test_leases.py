@@ -234,6 +234,8 @@ def check_ids(gcra_settings, **policies):
 
 def test_a_good_lease_is_clean(gcra_settings):
     assert check_ids(gcra_settings, search=lease_policy(low_water=2)) == []
+    gcra_settings(POLICIES={"search": lease_policy()}, LEASE_MAX_KEYS=50)
+    assert checks.run_checks(tags=["django_gcra"]) == []
 
 
 @pytest.mark.parametrize("policy, expected", [
@@ -247,6 +249,12 @@ def test_a_good_lease_is_clean(gcra_settings):
 ])
 def test_lease_problems(gcra_settings, policy, expected):
     assert expected in check_ids(gcra_settings, p=policy)
+
+
+@pytest.mark.parametrize("value", [0, "100", True])
+def test_lease_max_keys_must_be_a_positive_int(gcra_settings, value):
+    gcra_settings(POLICIES={}, LEASE_MAX_KEYS=value)
+    assert sorted({m.id for m in checks.run_checks(tags=["django_gcra"])}) == ["django_gcra.E053"]
 
 
 def test_a_bad_lease_is_refused_at_run_time(gcra_settings):
@@ -375,3 +383,19 @@ def test_remaining_counts_held_units_on_top_of_a_rested_store(store, clock):
     clock.t += 5  # the key rests: the store has its full burst again, and we still hold 9
     assert backend.evaluate([SPEC], 1).remaining == (100 + 8,)  # what this caller can still be admitted now
     assert store.evaluate([SPEC], 0).remaining == (100,)
+
+
+def test_counters_reach_prometheus_through_the_optional_collector(fake_redis, gcra_settings):
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from django_gcra.leases import LeaseCollector
+
+    gcra_settings(POLICIES={"search": lease_policy()})
+    for _ in range(25):
+        assert decide("search", {"ip": "p"}).allowed  # on the embedded fakeredis: 3 leases of 10
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(LeaseCollector())
+    value = registry.get_sample_value
+    assert value("django_gcra_lease_decisions_total", {"policy": "search"}) == 25
+    assert value("django_gcra_lease_store_calls_total", {"policy": "search"}) == 3
+    assert value("django_gcra_lease_leased_units_total", {"policy": "search"}) == 30
+    assert value("django_gcra_lease_held_units", {"policy": "search"}) == 5
