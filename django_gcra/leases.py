@@ -8,6 +8,7 @@ See docs/howto/leases.md.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import fields
@@ -57,6 +58,17 @@ def reset_leases() -> None:
     """Forget every lease and counter in this process (tests; a changed configuration)."""
     with _wrappers_lock:
         _wrappers.clear()
+
+
+def _forget_in_child() -> None:
+    # A forked worker must not spend the units its parent holds: both would admit them.
+    global _wrappers_lock
+    _wrappers_lock = threading.Lock()
+    _wrappers.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 @receiver(setting_changed)

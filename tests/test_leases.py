@@ -399,3 +399,14 @@ def test_counters_reach_prometheus_through_the_optional_collector(fake_redis, gc
     assert value("django_gcra_lease_store_calls_total", {"policy": "search"}) == 3
     assert value("django_gcra_lease_leased_units_total", {"policy": "search"}) == 30
     assert value("django_gcra_lease_held_units", {"policy": "search"}) == 5
+
+
+def test_a_forked_worker_starts_without_its_parents_leases(fake_redis, gcra_settings):
+    from django_gcra import leases
+
+    gcra_settings(POLICIES={"search": lease_policy()})
+    decide("search", {"ip": "f"})  # the parent holds 9 units
+    leases._forget_in_child()  # what os.register_at_fork runs in a forked child
+    assert lease_stats() == {}
+    assert decide("search", {"ip": "f"}).remaining == 100 - 11  # the child takes its own lease
+    assert lease_stats()["search"].store_calls == 1
