@@ -108,7 +108,7 @@ def parse_policy(name: str, raw: Any, custom: Mapping[str, Any], problems: list[
     on_failure = _choice(where, raw, "on_failure", ON_FAILURE, "open", problems)
     mode = _choice(where, raw, "mode", MODES, "enforce", problems)
     lease = _parse_lease(where, raw.get("lease"), problems)
-    problems += lease_problems(where, lease, limits)
+    problems += lease_problems(where, lease, limits, mode)
     if len(limits) != len(raw_limits):
         return None
     used = frozenset(d for limit in limits for d in limit.key)
@@ -189,10 +189,13 @@ def _parse_lease(where: str, raw: Any, problems: list[Problem]) -> Lease | None:
     return Lease(size, float(ttl), low_water)
 
 
-def lease_problems(where: str, lease: Lease | None, limits: list[Limit]) -> list[Problem]:
-    """E050/E051/W050: what makes a lease wrong or wasteful for these limits."""
+def lease_problems(where: str, lease: Lease | None, limits: list[Limit], mode: str = "enforce") -> list[Problem]:
+    """E050/E051/W050/W051: what makes a lease wrong or wasteful for these limits."""
     if lease is None:
         return []
+    if mode == "shadow" or any(limit.mode == "shadow" for limit in limits):
+        return [Problem("django_gcra.W051", f"{where} leases a limit in shadow mode; shadow decisions are never "
+                        "leased (each one calls the store).", "Remove the lease, or enforce the limit.")]
     if len(limits) > 1:
         return [Problem("django_gcra.E050", f"{where} leases a composite policy.",
                         "A lease takes units of every limit at once: it would hold a large share of the "

@@ -246,6 +246,7 @@ def test_a_good_lease_is_clean(gcra_settings):
     (lease_policy(low_water=10), "django_gcra.E052"),
     (lease_policy(low_water="2"), "django_gcra.E052"),
     (lease_policy(rate="5/s", burst=20), "django_gcra.W050"),
+    ({**lease_policy(), "mode": "shadow"}, "django_gcra.W051"),
 ])
 def test_lease_problems(gcra_settings, policy, expected):
     assert expected in check_ids(gcra_settings, p=policy)
