@@ -12,15 +12,15 @@ and time, calling ``decide()`` (plan, keys, backend, Decision) exactly as a view
 from __future__ import annotations
 
 import argparse
-import statistics
 import os
+import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.servers import start_redis  # noqa: E402
-from tests.workers import setup_django  # noqa: E402
+from tests.servers import start_redis
+from tests.workers import setup_django
 
 UNDER = {"rate": "1000000/s", "burst": 1000}  # the hot key stays under its limit
 OVER = {"rate": "2000/s", "burst": 100}  # the hot key is far over its limit

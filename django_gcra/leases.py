@@ -18,11 +18,11 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .backends import Backend
-from .backends.leasing import LeasingBackend, LeaseStats
+from .backends.leasing import LeaseStats, LeasingBackend
 from .conf import setting
 from .policy import Lease, Policy
 
-__all__ = ["LeasingBackend", "LeaseStats", "LeaseCollector", "leasing_backend", "lease_stats", "reset_leases"]
+__all__ = ["LeaseCollector", "LeaseStats", "LeasingBackend", "lease_stats", "leasing_backend", "reset_leases"]
 
 _wrappers: dict[tuple[int, str, Lease], LeasingBackend] = {}
 _wrappers_lock = threading.Lock()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ..algorithm import ALLOWED
 from .base import LimitSpec, Outcome
 
-__all__ = ["LeaseStats", "Chunk", "KeyLease"]
+__all__ = ["Chunk", "KeyLease", "LeaseStats"]
 
 
 @dataclass

@@ -29,7 +29,7 @@ from ..policy import Lease
 from .base import Backend, BackendError, LimitSpec, Outcome
 from .lease_state import Chunk, KeyLease, LeaseStats, units
 
-__all__ = ["LeasingBackend", "LeaseStats"]
+__all__ = ["LeaseStats", "LeasingBackend"]
 
 logger = logging.getLogger("django_gcra")
 REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same key before its own call
