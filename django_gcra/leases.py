@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
@@ -38,8 +39,15 @@ def leasing_backend(inner: Backend, policy: Policy) -> Backend:
         with _wrappers_lock:
             wrapper = _wrappers.get(key)
             if wrapper is None or wrapper.inner is not inner:
-                wrapper = _wrappers[key] = LeasingBackend(inner, policy.lease, max_keys=setting("LEASE_MAX_KEYS"))
+                wrapper = _wrappers[key] = LeasingBackend(inner, policy.lease, max_keys=_max_keys())
     return wrapper
+
+
+def _max_keys() -> int:
+    value = setting("LEASE_MAX_KEYS")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ImproperlyConfigured(f"DJANGO_GCRA['LEASE_MAX_KEYS'] is {value!r} (django_gcra.E053)")
+    return value
 
 
 def lease_stats() -> dict[str, LeaseStats]:

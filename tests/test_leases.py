@@ -253,9 +253,13 @@ def test_lease_problems(gcra_settings, policy, expected):
 
 
 @pytest.mark.parametrize("value", [0, "100", True])
-def test_lease_max_keys_must_be_a_positive_int(gcra_settings, value):
-    gcra_settings(POLICIES={}, LEASE_MAX_KEYS=value)
+def test_lease_max_keys_must_be_a_positive_int(fake_redis, gcra_settings, value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    gcra_settings(POLICIES={"search": lease_policy()}, LEASE_MAX_KEYS=value)
     assert sorted({m.id for m in checks.run_checks(tags=["django_gcra"])}) == ["django_gcra.E053"]
+    with pytest.raises(ImproperlyConfigured, match="E053"):
+        decide("search", {"ip": "1"})
 
 
 def test_a_bad_lease_is_refused_at_run_time(gcra_settings):
@@ -411,3 +415,31 @@ def test_a_forked_worker_starts_without_its_parents_leases(fake_redis, gcra_sett
     assert lease_stats() == {}
     assert decide("search", {"ip": "f"}).remaining == 100 - 11  # the child takes its own lease
     assert lease_stats()["search"].store_calls == 1
+
+
+def test_a_changed_rate_or_burst_forgets_the_remembered_denial(store, clock):
+    spec = LimitSpec("o", 60_000_000, 3)
+    backend = leased(store, clock, size=2)
+    assert [backend.evaluate([spec], 1).allowed for _ in range(4)] == [True] * 3 + [False]
+    calls = store.calls
+    assert not backend.evaluate([spec], 1).allowed and store.calls == calls  # remembered
+    raised = LimitSpec("o", 60_000_000, 6)  # an override raised the burst
+    assert backend.evaluate([raised], 1).allowed and store.calls == calls + 1
+
+
+def test_the_default_take_falls_back_to_the_least_in_a_second_decision(clock):
+    from django_gcra.backends import Backend
+
+    class EvaluateOnly(Backend):  # a store that knows nothing of takes
+        def __init__(self):
+            self.memory, self.costs = MemoryBackend(clock.us), []
+
+        def evaluate(self, specs, cost):
+            self.costs.append(cost)
+            return self.memory.evaluate(specs, cost)
+
+    backend, spec = EvaluateOnly(), [LimitSpec("t", 60_000_000, 5)]
+    assert backend.take(spec, 4, 1).granted == 4
+    assert backend.take(spec, 4, 1).granted == 1  # a full lease is denied, one unit is not
+    denied = backend.take(spec, 4, 1)
+    assert (denied.allowed, denied.granted) == (False, 0) and backend.costs == [4, 4, 1, 4, 1]
