@@ -24,13 +24,14 @@ from tests.workers import setup_django
 
 UNDER = {"rate": "1000000/s", "burst": 1000}  # the hot key stays under its limit
 OVER = {"rate": "2000/s", "burst": 100}  # the hot key is far over its limit
+LIMITS = {"under": UNDER, "over": OVER}
 # path -> (lease size, low_water); size None is the unleased path
 PATHS = {"plain": (None, 0), "L=10": (10, 0), "L=10+pre": (10, 2), "L=50": (50, 0), "L=50+pre": (50, 10)}
 
 
 def policies() -> dict:
     out = {}
-    for scenario, limit in (("under", UNDER), ("over", OVER)):
+    for scenario, limit in LIMITS.items():
         for path, (size, low_water) in PATHS.items():
             policy: dict = {"limits": [{"name": "k", "key": ["ip"], **limit}]}
             if size:
@@ -72,8 +73,9 @@ def main() -> None:
         client = server.client()
         print(f"redis-server on 127.0.0.1:{server.port}; {args.seconds}s or {args.max_decisions} decisions per path and round, "
               f"{args.rounds} rounds, medians; one thread; +pre: low_water = size/5 (background prefetch)\n")
-        print(f"{'key':<6} {'path':<9} {'decisions':>9} {'admitted':>9} {'evalsha':>8} {'cmd/decision':>12} "
-              f"{'target':>8} {'decisions/s':>11} {'speed-up':>8}\n(totals over rounds; decisions/s and speed-up: median of rounds)")
+        print(f"{'key':<6} {'path':<9} {'decisions':>9} {'admitted':>9} {'bound':>7} {'evalsha':>8} {'cmd/decision':>12} "
+              f"{'target':>8} {'decisions/s':>11} {'speed-up':>8}\n(totals over rounds; bound: burst + elapsed x rate + 1 per round, capped at the decisions;"
+              " decisions/s and speed-up: median of rounds)")
         for scenario in ("under", "over"):
             # The machine is shared and its load moves: every round runs all paths back to
             # back, speed-ups are taken within a round, and the medians are shown.
@@ -86,12 +88,16 @@ def main() -> None:
                 plain = rows["plain"][-1][0] / rows["plain"][-1][3]
                 for path in PATHS:
                     ratios[path].append(rows[path][-1][0] / rows[path][-1][3] / plain)
+            per_second, burst = int(LIMITS[scenario]["rate"].split("/")[0]), LIMITS[scenario]["burst"]
             for path, (size, _) in PATHS.items():
                 n, admitted, calls = (sum(r[i] for r in rows[path]) for i in range(3))
+                # Each round is a fresh key: never more than burst + elapsed * rate + 1 per round.
+                bound = sum(burst + r[3] * per_second + 1 for r in rows[path])
+                assert admitted <= bound, f"{scenario} {path}: admitted {admitted} > bound {bound:.0f}"
                 rate = statistics.median(r[0] / r[3] for r in rows[path])
                 target = f"{1 / size:.3f}" if size else ""
-                print(f"{scenario:<6} {path:<9} {n:>9} {admitted:>9} {calls:>8} {calls / n:>12.4f} {target:>8} "
-                      f"{rate:>11.0f} {statistics.median(ratios[path]):>7.1f}x")
+                print(f"{scenario:<6} {path:<9} {n:>9} {admitted:>9} {min(bound, n):>7.0f} {calls:>8} {calls / n:>12.4f} "
+                      f"{target:>8} {rate:>11.0f} {statistics.median(ratios[path]):>7.1f}x")
         from django_gcra.leases import lease_stats
 
         print("\nlease counters (this process):")
