@@ -443,3 +443,29 @@ def test_the_default_take_falls_back_to_the_least_in_a_second_decision(clock):
     assert backend.take(spec, 4, 1).granted == 1  # a full lease is denied, one unit is not
     denied = backend.take(spec, 4, 1)
     assert (denied.allowed, denied.granted) == (False, 0) and backend.costs == [4, 4, 1, 4, 1]
+
+
+def test_threads_with_background_prefetch_on_redis_account_for_every_unit(real_redis, gcra_settings):
+    gcra_settings(POLICIES={"p": lease_policy(rate="10/s", burst=1000, size=10, low_water=3)})
+    key, interval = "rl:{t}:p:k:t", 100_000
+    now = real_redis.time()
+    start = (now[0] + 60) * 1_000_000 + now[1]  # 60 s ahead: every counted unit moves the TAT
+    real_redis.set(key, start)
+    admitted = []
+
+    def work():
+        admitted.append(sum(decide("p", {"ip": "t"}).allowed for _ in range(50)))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and (int(real_redis.get(key)) - start) // interval - 200 != lease_stats()["p"].held_units:
+        time.sleep(0.01)  # a prefetch may still be in flight on the background thread
+    counted = (int(real_redis.get(key)) - start) // interval
+    stats = lease_stats()["p"]
+    assert sum(admitted) == 200
+    assert counted == 200 + stats.held_units and stats.held_units <= 10 + 3
+    assert stats.local > 150 and stats.leased_units <= counted  # the rest were decided directly
