@@ -193,15 +193,15 @@ def lease_problems(where: str, lease: Lease | None, limits: list[Limit], mode: s
     """E050/E051/W050/W051: what makes a lease wrong or wasteful for these limits."""
     if lease is None:
         return []
-    if mode == "shadow" or any(limit.mode == "shadow" for limit in limits):
-        return [Problem("django_gcra.W051", f"{where} leases a limit in shadow mode; shadow decisions are never "
-                        "leased (each one calls the store).", "Remove the lease, or enforce the limit.")]
     if len(limits) > 1:
         return [Problem("django_gcra.E050", f"{where} leases a composite policy.",
                         "A lease takes units of every limit at once: it would hold a large share of the "
                         "small limits, and splitting the checks brings back the quota leak. Lease only "
                         "single-limit policies (such as machine API keys).")]
     problems = []
+    if mode == "shadow" or any(limit.mode == "shadow" for limit in limits):
+        problems.append(Problem("django_gcra.W051", f"{where} leases a limit in shadow mode; shadow decisions are "
+                                "never leased (each one calls the store).", "Remove the lease, or enforce the limit."))
     for limit in limits:
         for tier, rate in limit.rates.items():
             label = f"{where} limit {limit.name!r}" + (f" tier {tier!r}" if tier is not None else "")

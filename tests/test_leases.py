@@ -247,6 +247,9 @@ def test_a_good_lease_is_clean(gcra_settings):
     (lease_policy(low_water="2"), "django_gcra.E052"),
     (lease_policy(rate="5/s", burst=20), "django_gcra.W050"),
     ({**lease_policy(), "mode": "shadow"}, "django_gcra.W051"),
+    ({**lease_policy(limits=[{"name": "t", "key": ["ip"], "rate": "1000/s", "burst": 200},
+                             {"name": "u", "key": ["ip", "user"], "rate": "50/s", "burst": 20}]), "mode": "shadow"},
+     "django_gcra.E050"),  # shadow or not, a composite lease is an error
 ])
 def test_lease_problems(gcra_settings, policy, expected):
     assert expected in check_ids(gcra_settings, p=policy)
