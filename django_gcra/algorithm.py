@@ -59,6 +59,7 @@ class CompositeResult:
     writes: tuple[int | None, ...]  # the TAT to store per limit, None to leave it
     remaining: tuple[int, ...]
     reset_after: tuple[int, ...]
+    cost: int = 1  # the units decided on: ``cost``, or with ``least`` the grant
 
 
 def gcra_composite(
@@ -66,13 +67,20 @@ def gcra_composite(
     now: int,
     limits: list[tuple[int, int, bool]],
     cost: int = 1,
+    least: int | None = None,
 ) -> CompositeResult:
     """All-or-nothing decision over several limits: ``limits`` holds (interval, burst, enforce).
 
     Every TAT is written when all limits allow. When only shadow limits deny, the
     enforcing limits are written and the shadow ones are not (a hypothetical denial
     consumes nothing). When an enforcing limit denies, nothing is written.
+
+    With ``least`` (a lease refill), the cost becomes as many units as every limit has
+    free now, at most ``cost`` and at least ``least``; then the decision runs as above.
     """
+    if least is not None:
+        free = [(now + i * b - max(now if tat is None else tat, now)) // i for tat, (i, b, _) in zip(tats, limits)]
+        cost = max(least, min([cost, *free]))
     results = [gcra(tat, now, i, b, cost) for tat, (i, b, _) in zip(tats, limits)]
 
     def worst(indices: list[int]) -> tuple[int, int | None, int | None]:
@@ -98,5 +106,6 @@ def gcra_composite(
         remaining.append(_remaining(stored, now, interval, interval * burst))
         reset_after.append(stored - now)
     return CompositeResult(
-        enforced, would, retry if binding is not None else 0, binding, tuple(writes), tuple(remaining), tuple(reset_after)
+        enforced, would, retry if binding is not None else 0, binding, tuple(writes), tuple(remaining), tuple(reset_after),
+        cost,
     )

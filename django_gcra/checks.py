@@ -20,6 +20,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     messages += _check_cache()
     messages += _check_descriptors()
     messages += _check_resilience()
+    messages += _check_leases()
     return messages
 
 
@@ -138,3 +139,11 @@ def _check_resilience() -> list[checks.CheckMessage]:
     from .backends.settings import problems
 
     return [(checks.Error if p.is_error else checks.Warning)(p.msg, hint=p.hint, id=p.id) for p in problems()]
+
+def _check_leases() -> list[checks.CheckMessage]:
+    value = setting("LEASE_MAX_KEYS")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return [checks.Error(f"DJANGO_GCRA['LEASE_MAX_KEYS'] is {value!r}.",
+                             hint="Give the most leased keys a process keeps per policy: a positive int.",
+                             id="django_gcra.E053")]
+    return []

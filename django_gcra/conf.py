@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "BREAKER": {"failures": 5, "cooldown": 1.0},
     "FALLBACK_PROCESSES": 1,
     "FALLBACK_LOG_INTERVAL": 10.0,
+    "LEASE_MAX_KEYS": 10_000,  # leased keys kept per policy and process (leases.py)
 }
 
 

@@ -22,6 +22,7 @@ from .conf import get_config, setting
 from .decision import Decision, LimitState
 from .fallback import CLOSED, on_failure
 from .keys import build_key, escape
+from .leases import leasing_backend
 from .overrides import apply_override
 from .policy import Limit, Policy
 from .rates import Rate
@@ -50,8 +51,9 @@ def _backend_for(alias: str) -> Backend:
 
 
 def backend_for(policy: Policy) -> Backend:
-    """The backend that decides ``policy``: the store of ``CACHE_ALIAS``."""
-    return _backend_for(get_config().cache_alias)
+    """The backend that decides ``policy``: the store of ``CACHE_ALIAS`` (behind local leases
+    when the policy has a ``lease``)."""
+    return leasing_backend(_backend_for(get_config().cache_alias), policy)
 
 
 def _forget_backends(*, setting: str, **kwargs: Any) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from .rates import Rate, parse_rate
 
-__all__ = ["Limit", "Policy", "Lease", "Problem", "parse_policy", "BUILTIN_DESCRIPTORS"]
+__all__ = ["Limit", "Policy", "Lease", "Problem", "parse_policy", "lease_problems", "BUILTIN_DESCRIPTORS"]
 
 BUILTIN_DESCRIPTORS = frozenset({"ip", "user", "method", "route"})
 HEADER_PREFIX = "header:"
@@ -58,6 +58,7 @@ class Limit:
 class Lease:
     size: int
     ttl: float
+    low_water: int = 0  # prefetch a lease in the background at or below this many units; 0: never
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ def parse_policy(name: str, raw: Any, custom: Mapping[str, Any], problems: list[
     on_failure = _choice(where, raw, "on_failure", ON_FAILURE, "open", problems)
     mode = _choice(where, raw, "mode", MODES, "enforce", problems)
     lease = _parse_lease(where, raw.get("lease"), problems)
+    problems += lease_problems(where, lease, limits, mode)
     if len(limits) != len(raw_limits):
         return None
     used = frozenset(d for limit in limits for d in limit.key)
@@ -178,7 +180,41 @@ def _parse_lease(where: str, raw: Any, problems: list[Problem]) -> Lease | None:
             or isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0):
         problems.append(Problem("django_gcra.E014", f"{where}['lease'] must be {{'size': int >= 2, 'ttl': seconds > 0}}."))
         return None
-    return Lease(size, float(ttl))
+    low_water = raw.get("low_water", 0)
+    if isinstance(low_water, bool) or not isinstance(low_water, int) or not 0 <= low_water < size:
+        problems.append(Problem("django_gcra.E052", f"{where}['lease']['low_water'] is {low_water!r}.",
+                                "Give the units left at which to prefetch the next lease: an int from 0 "
+                                "(never prefetch) to size - 1."))
+        return None
+    return Lease(size, float(ttl), low_water)
+
+
+def lease_problems(where: str, lease: Lease | None, limits: list[Limit], mode: str = "enforce") -> list[Problem]:
+    """E050/E051/W050/W051: what makes a lease wrong or wasteful for these limits."""
+    if lease is None:
+        return []
+    if len(limits) > 1:
+        return [Problem("django_gcra.E050", f"{where} leases a composite policy.",
+                        "A lease takes units of every limit at once: it would hold a large share of the "
+                        "small limits, and splitting the checks brings back the quota leak. Lease only "
+                        "single-limit policies (such as machine API keys).")]
+    problems = []
+    if mode == "shadow" or any(limit.mode == "shadow" for limit in limits):
+        problems.append(Problem("django_gcra.W051", f"{where} leases a limit in shadow mode; shadow decisions are "
+                                "never leased (each one calls the store).", "Remove the lease, or enforce the limit."))
+    for limit in limits:
+        for tier, rate in limit.rates.items():
+            label = f"{where} limit {limit.name!r}" + (f" tier {tier!r}" if tier is not None else "")
+            burst = limit.burst_for(rate)
+            if lease.size >= burst:
+                problems.append(Problem("django_gcra.E051", f"{label}: lease size {lease.size} is not below the "
+                                        f"burst {burst}.", "One lease would take a whole burst: pick a size well "
+                                        "below it (see docs/howto/leases.md)."))
+            elif rate.count * lease.ttl < lease.size * rate.period:
+                problems.append(Problem("django_gcra.W050", f"{label}: rate {rate} earns fewer than {lease.size} "
+                                        f"units in the lease ttl of {lease.ttl:g}s, so leases would mostly expire "
+                                        "unused (stranded).", "Do not lease low limits; or lower the size."))
+    return problems
 
 
 def _parse_shard(where: str, raw: Mapping[str, Any], limits: list[Limit], problems: list[Problem]) -> str | None:

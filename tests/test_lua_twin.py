@@ -1,7 +1,8 @@
 """The Lua script and the pure twin agree on random sequences (real redis-server).
 
 The script reads its clock from Redis TIME; to drive it with a fake clock this test
-replaces that single line with two ARGV slots. Every other line is the shipped script.
+replaces that single line with two trailing ARGV slots, popped so the optional ``least``
+slot still reads as absent. Every other line is the shipped script.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.redis
 
 def clocked_script() -> str:
     assert SCRIPT.count(CLOCK_LINE) == 1
-    return SCRIPT.replace(CLOCK_LINE, "local t = {ARGV[#ARGV - 1], ARGV[#ARGV]}")
+    return SCRIPT.replace(CLOCK_LINE, "local t = {ARGV[#ARGV - 1], ARGV[#ARGV]}; ARGV[#ARGV] = nil; ARGV[#ARGV] = nil")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,9 @@ limit = st.tuples(
     st.integers(1, 20),  # burst
     st.booleans(),  # enforce
 )
-step = st.tuples(st.integers(0, 3_000_000), st.integers(0, 25))  # (gap us, cost)
+# (gap us, cost, least): least None is a plain decision, else a lease refill taking as
+# many free units as it can, at most cost and at least least.
+step = st.tuples(st.integers(0, 3_000_000), st.integers(0, 25), st.none() | st.integers(0, 25))
 
 
 @settings(max_examples=150, deadline=None)
@@ -48,13 +51,17 @@ def test_script_matches_twin(clocked, limits, steps):
     keys = [f"t:{{x}}:{i}" for i in range(len(limits))]
     tats: list[int | None] = [None] * len(limits)
     now = 1_700_000_000_000_000
-    for gap, cost in steps:
+    for gap, cost, least in steps:
         now += gap
         args = [cost]
         for interval, burst, enforce in limits:
             args += [interval, burst, int(enforce)]
+        if least is not None:
+            args.append(least)
         reply = script(keys=keys, args=[*args, now // 1_000_000, now % 1_000_000])
-        twin = gcra_composite(tats, now, limits, cost)
+        twin = gcra_composite(tats, now, limits, cost, least)
+        if least is not None:
+            assert reply.pop() == twin.cost
         enforced, would, retry, binding, lua_now = reply[:5]
         assert (enforced, would, lua_now) == (twin.enforced, twin.would, now)
         assert (None if retry < 0 else retry) == twin.retry_after

@@ -1,7 +1,10 @@
 -- django_gcra: one atomic GCRA decision over 1..N limits (a composite policy).
 -- KEYS[i]: the limit keys, all in one cluster slot (shared hash tag).
 -- ARGV[1]: cost (0 peeks); then per limit i: interval_us, burst, enforce (1) | shadow (0).
--- Returns {enforced, would, retry_us, binding, now_us, remaining_1, reset_us_1, ...}
+-- ARGV[3n+2] (optional): least. Present, the script takes as many units as every limit
+--   has free now, at most ARGV[1] and at least `least` (a lease refill), and appends the
+--   units it decided on to the reply.
+-- Returns {enforced, would, retry_us, binding, now_us, remaining_1, reset_us_1, ...[, cost]}
 --   enforced: 1 allowed, 0 denied, -1 never satisfiable (cost > burst), by enforcing limits
 --   would:    the same over all limits, shadow ones included
 --   retry_us / binding: the largest retry among the denying limits (enforcing first), 1-based
@@ -12,6 +15,17 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local n = #KEYS
+local least = tonumber(ARGV[3 * n + 2])
+if least then
+  for i = 1, n do
+    local interval = tonumber(ARGV[3 * i - 1])
+    local tat = tonumber(redis.call('GET', KEYS[i])) or now
+    if tat < now then tat = now end
+    local free = math.floor((now + interval * tonumber(ARGV[3 * i]) - tat) / interval)
+    if free < cost then cost = free end
+  end
+  if cost < least then cost = least end
+end
 local tats, new_tats = {}, {}
 local enforced, would = 1, 1
 local e_retry, e_bind, s_retry, s_bind = -1, 0, -1, 0
@@ -71,4 +85,5 @@ elseif would ~= 1 then
 end
 if retry >= 1e300 then retry = -1 end
 result[3], result[4] = retry, bind
+if least then result[6 + 2 * n] = cost end
 return result

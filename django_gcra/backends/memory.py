@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from ..algorithm import gcra_composite
+from ..algorithm import ALLOWED, gcra_composite
 from .base import Backend, LimitSpec, Outcome
 
 
@@ -24,17 +24,24 @@ class MemoryBackend(Backend):
         self._lock = threading.Lock()
 
     def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+        return self._decide(specs, cost, None)
+
+    def take(self, specs: Sequence[LimitSpec], most: int, least: int) -> Outcome:
+        return self._decide(specs, most, least)
+
+    def _decide(self, specs: Sequence[LimitSpec], cost: int, least: int | None) -> Outcome:
         with self._lock:
             now = self.clock()
             tats = [self._get(spec.key, now) for spec in specs]
-            result = gcra_composite(tats, now, [(s.interval, s.burst, s.enforce) for s in specs], cost)
+            result = gcra_composite(tats, now, [(s.interval, s.burst, s.enforce) for s in specs], cost, least)
             for spec, tat in zip(specs, result.writes):
                 if tat is not None:
                     self._tats[spec.key] = tat
             if len(self._tats) > self.max_keys:
                 self._evict(now)
+        granted = None if least is None else result.cost if result.enforced == ALLOWED else 0
         return Outcome(result.enforced, result.would, result.retry_after, result.binding, now,
-                       result.remaining, result.reset_after)
+                       result.remaining, result.reset_after, granted)
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         with self._lock:

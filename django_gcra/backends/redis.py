@@ -39,22 +39,29 @@ SCRIPT = files(__package__).joinpath("gcra.lua").read_text(encoding="utf-8")
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
 
 
-def script_args(specs: Sequence[LimitSpec], cost: int) -> list[Any]:
-    """ARGV for the script: cost, then interval, burst and enforce flag per limit."""
+def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None) -> list[Any]:
+    """ARGV for the script: cost, then interval, burst and enforce flag per limit, then
+    ``least`` for a take (as many units as fit, at most ``cost``, at least ``least``)."""
     args: list[Any] = [cost]
     for spec in specs:
         args += (spec.interval, spec.burst, 1 if spec.enforce else 0)
+    if least is not None:
+        args.append(least)
     return args
 
 
-def parse_reply(reply: Sequence[Any]) -> Outcome:
+def parse_reply(reply: Sequence[Any], take: bool = False) -> Outcome:
     enforced, would, retry, binding, now = (int(v) for v in reply[:5])
     rest = [int(v) for v in reply[5:]]
+    granted = None
+    if take:  # the script appended the units it decided on
+        units = rest.pop()
+        granted = units if enforced == ALLOWED else 0
     return Outcome(
         enforced, would,
         None if retry < 0 else retry,
         None if enforced == ALLOWED and would == ALLOWED else binding - 1,
-        now, tuple(rest[0::2]), tuple(rest[1::2]),
+        now, tuple(rest[0::2]), tuple(rest[1::2]), granted,
     )
 
 
@@ -137,32 +144,46 @@ class RedisBackend(Backend):
         return BackendError(f"{type(exc).__name__}: {exc}")
 
     def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+        return self._run(specs, cost, None)
+
+    def take(self, specs: Sequence[LimitSpec], most: int, least: int) -> Outcome:
+        return self._run(specs, most, least)
+
+    async def aevaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+        return await self._arun(specs, cost, None)
+
+    async def atake(self, specs: Sequence[LimitSpec], most: int, least: int) -> Outcome:
+        return await self._arun(specs, most, least)
+
+    def _run(self, specs: Sequence[LimitSpec], cost: int, least: int | None) -> Outcome:
         keys = [s.key for s in specs]
         breaker = self._breaker(keys)
         try:
-            reply = run_script(self.get_client(), keys, script_args(specs, cost))
+            reply = run_script(self.get_client(), keys, script_args(specs, cost, least))
         except _STORE_ERRORS as exc:
             raise self._failed(breaker, exc) from exc
         if breaker is not None:
             breaker.success()
-        return parse_reply(reply)
+        return parse_reply(reply, least is not None)
 
-    async def aevaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+    async def _arun(self, specs: Sequence[LimitSpec], cost: int, least: int | None) -> Outcome:
         keys = [s.key for s in specs]
         try:
             client = self.get_async_client() if self.get_async_client else None
         except _STORE_ERRORS as exc:
             raise BackendError(f"{type(exc).__name__}: {exc}") from exc
         if client is None:
-            return await super().aevaluate(specs, cost)
+            if least is None:
+                return await super().aevaluate(specs, cost)
+            return await super().atake(specs, cost, least)
         breaker = self._breaker(keys)
         try:
-            reply = await arun_script(client, keys, script_args(specs, cost))
+            reply = await arun_script(client, keys, script_args(specs, cost, least))
         except _STORE_ERRORS as exc:
             raise self._failed(breaker, exc) from exc
         if breaker is not None:
             breaker.success()
-        return parse_reply(reply)
+        return parse_reply(reply, least is not None)
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         try:

@@ -1,0 +1,113 @@
+"""Leases on a hot key: store commands per decision and decisions per second, leased
+against unleased, measured in the same run on a loopback redis-server this script starts.
+
+    /work/main/.venv/bin/python benchmarks/bench_leases.py [--seconds 1.5] [--max-decisions 50000]
+
+Store commands are the EVALSHA calls counted by the server (INFO commandstats deltas);
+that count is server-side, so it includes any NOSCRIPT retry (the script is loaded
+before timing starts, so there are none). Each path runs one thread, bounded in count
+and time, calling ``decide()`` (plan, keys, backend, Decision) exactly as a view would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.servers import start_redis
+from tests.workers import setup_django
+
+UNDER = {"rate": "1000000/s", "burst": 1000}  # the hot key stays under its limit
+OVER = {"rate": "2000/s", "burst": 100}  # the hot key is far over its limit
+LIMITS = {"under": UNDER, "over": OVER}
+# path -> (lease size, low_water); size None is the unleased path
+PATHS = {"plain": (None, 0), "L=10": (10, 0), "L=10+pre": (10, 2), "L=50": (50, 0), "L=50+pre": (50, 10)}
+
+
+def policies() -> dict:
+    out = {}
+    for scenario, limit in LIMITS.items():
+        for path, (size, low_water) in PATHS.items():
+            policy: dict = {"limits": [{"name": "k", "key": ["ip"], **limit}]}
+            if size:
+                policy["lease"] = {"size": size, "ttl": 1.0, "low_water": low_water}
+            out[f"{scenario}-{path.replace('=', '').replace('+', '-')}"] = policy
+    return out
+
+
+def evalsha(client) -> int:
+    return client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+
+
+def run(client, policy: str, key: str, seconds: float, max_decisions: int) -> tuple[int, int, int, float]:
+    from django_gcra import decide
+
+    decide(policy, {"ip": "warm"}, cost=0)  # load the script and connect, off the clock
+    time.sleep(0.05)
+    before = evalsha(client)
+    admitted = n = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    while n < max_decisions and (n % 256 or time.perf_counter() < deadline):
+        n += 1
+        admitted += decide(policy, {"ip": key}).allowed
+    elapsed = time.perf_counter() - start
+    time.sleep(0.05)  # let a background prefetch finish, so its call is counted
+    return n, admitted, evalsha(client) - before, elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=0.5, help="per path and round")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds over every path (medians are shown)")
+    parser.add_argument("--max-decisions", type=int, default=200_000)
+    args = parser.parse_args()
+    server = start_redis()
+    try:
+        setup_django(server.url, {"POLICIES": policies()})
+        client = server.client()
+        print(f"redis-server on 127.0.0.1:{server.port}; {args.seconds}s or {args.max_decisions} decisions per path and round, "
+              f"{args.rounds} rounds, medians; one thread; +pre: low_water = size/5 (background prefetch)\n")
+        print(f"{'key':<6} {'path':<9} {'decisions':>9} {'admitted':>9} {'bound':>7} {'evalsha':>8} {'cmd/decision':>12} "
+              f"{'target':>8} {'decisions/s':>11} {'speed-up':>8}\n(totals over rounds; bound: burst + elapsed x rate + 1 per round, capped at the decisions;"
+              " decisions/s and speed-up: median of rounds)")
+        for scenario in ("under", "over"):
+            # The machine is shared and its load moves: every round runs all paths back to
+            # back, speed-ups are taken within a round, and the medians are shown.
+            rows: dict[str, list[tuple[int, int, int, float]]] = {path: [] for path in PATHS}
+            ratios: dict[str, list[float]] = {path: [] for path in PATHS}
+            for round_ in range(args.rounds):
+                for path in PATHS:
+                    policy = f"{scenario}-{path.replace('=', '').replace('+', '-')}"
+                    rows[path].append(run(client, policy, f"hot{round_}", args.seconds, args.max_decisions))
+                plain = rows["plain"][-1][0] / rows["plain"][-1][3]
+                for path in PATHS:
+                    ratios[path].append(rows[path][-1][0] / rows[path][-1][3] / plain)
+            per_second, burst = int(LIMITS[scenario]["rate"].split("/")[0]), LIMITS[scenario]["burst"]
+            for path, (size, _) in PATHS.items():
+                n, admitted, calls = (sum(r[i] for r in rows[path]) for i in range(3))
+                # Each round is a fresh key: never more than burst + elapsed * rate + 1 per round.
+                bound = sum(burst + r[3] * per_second + 1 for r in rows[path])
+                assert admitted <= bound, f"{scenario} {path}: admitted {admitted} > bound {bound:.0f}"
+                rate = statistics.median(r[0] / r[3] for r in rows[path])
+                target = f"{1 / size:.3f}" if size else ""
+                print(f"{scenario:<6} {path:<9} {n:>9} {admitted:>9} {min(bound, n):>7.0f} {calls:>8} {calls / n:>12.4f} "
+                      f"{target:>8} {rate:>11.0f} {statistics.median(ratios[path]):>7.1f}x")
+        from django_gcra.leases import lease_stats
+
+        print("\nlease counters (this process):")
+        for name, stats in sorted(lease_stats().items()):
+            print(f"  {name:<14} decisions={stats.decisions} local={stats.local} store_calls={stats.store_calls} "
+                  f"saved={stats.calls_saved} leased={stats.leased_units} stranded={stats.stranded_units} "
+                  f"held={stats.held_units}")
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""``LeasingBackend``: serve most decisions of a hot key from a local lease.
+
+A policy with ``"lease": {"size": L, "ttl": s}`` is decided by a ``LeasingBackend``
+wrapped around the store (see ``django_gcra.leases``). A request its process's lease for
+the key cannot cover takes up to L units from the global GCRA in ONE script call (as
+many as are free near the quota edge, at least the request's own cost), spends its own
+cost and keeps the rest for ``ttl`` seconds. Every leased unit is counted by the script
+when it is taken, so a lease never admits more than the global limit; units unused when
+the lease expires are stranded (lost to everyone), at most L per process and key.
+
+``Decision.remaining`` from a leased key is the store's remaining as of this process's
+last call for the key, aged by this process's clock, plus the units this process still
+holds: exact for one process, optimistic by what other processes took since that call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from ..algorithm import DENIED
+from ..policy import Lease
+from .base import Backend, BackendError, LimitSpec, Outcome
+from .lease_state import Chunk, KeyLease, LeaseStats, units
+
+__all__ = ["LeaseStats", "LeasingBackend"]
+
+logger = logging.getLogger("django_gcra")
+REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same key before its own call
+
+
+class LeasingBackend(Backend):
+    """A ``Backend`` serving one leased policy's single-limit decisions from local leases.
+
+    Anything a lease cannot answer honestly goes straight to ``inner``: shadow limits,
+    several limits, peeks (cost 0), and costs above the burst.
+    """
+
+    def __init__(self, inner: Backend, lease: Lease, *, max_keys: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic, prefetch: Callable[[Callable[[], None]], object] | None = None):
+        self.inner, self.lease, self.max_keys, self.clock = inner, lease, max_keys, clock
+        self.prefetch = prefetch or _submit
+        self._stats = LeaseStats()
+        self._stats_lock = threading.Lock()
+        self._keys: OrderedDict[str, KeyLease] = OrderedDict()
+        self._keys_lock = threading.Lock()
+        self._next_sweep = 0.0
+
+    def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+        if not self._leasable(specs, cost):
+            return self._direct(None, self.inner.evaluate(specs, cost))
+        state = self._state(specs[0].key)
+        served, own = self._serve(state, specs[0], cost)
+        if served is None and own is None and state.settled.wait(REFILL_WAIT):
+            served, own = self._serve(state, specs[0], cost)  # another thread refilled: try again
+        if served is not None:
+            return served
+        if own is None:  # another call is still refilling this key: decide this one directly
+            return self._direct(state, self.inner.evaluate(specs, cost))
+        need, started = cost - units(own), self.clock()
+        try:
+            outcome = self.inner.take(specs, max(self.lease.size, need), need)
+        except BaseException:
+            self._refilled(state, need, own, started, None)
+            raise
+        return self._refilled(state, need, own, started, outcome)  # type: ignore[return-value]
+
+    async def aevaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+        if not self._leasable(specs, cost):
+            return self._direct(None, await self.inner.aevaluate(specs, cost))
+        state = self._state(specs[0].key)
+        served, own = self._serve(state, specs[0], cost)  # never awaits while holding a lock
+        if served is not None:
+            return served
+        if own is None:  # waiting for the refill would block the loop: decide this one directly
+            return self._direct(state, await self.inner.aevaluate(specs, cost))
+        need, started = cost - units(own), self.clock()
+        try:
+            outcome = await self.inner.atake(specs, max(self.lease.size, need), need)
+        except BaseException:
+            self._refilled(state, need, own, started, None)
+            raise
+        return self._refilled(state, need, own, started, outcome)  # type: ignore[return-value]
+
+    def _leasable(self, specs: Sequence[LimitSpec], cost: int) -> bool:
+        return len(specs) == 1 and specs[0].enforce and 0 < cost <= specs[0].burst
+
+    def _serve(self, state: KeyLease, spec: LimitSpec, cost: int) -> tuple[Outcome | None, list[Chunk] | None]:
+        """Serve from memory when the lease covers ``cost`` (or a remembered denial does).
+        Otherwise, unless a refill is in flight ((None, None): decide directly), claim the
+        refill and the units still held, which the refill spends first: (None, chunks)."""
+        now = self.clock()
+        with state.lock:
+            stranded = state.expire(now)
+            if spec != state.spec:  # a new key, or an override changed its rate or burst
+                state.spec, state.denied_until = spec, 0.0
+            if state.held >= cost:
+                state.spend(cost)
+                self._count(1, local=1, stranded=stranded)
+                if self.lease.low_water and state.held <= self.lease.low_water and not state.refilling:
+                    state.claim()
+                    self.prefetch(lambda: self._prefetch(state))
+                return state.outcome(now), None
+            if state.denies(now, cost):
+                self._count(1, local=1, stranded=stranded)
+                return state.outcome(now, DENIED), None
+            self._count(0, stranded=stranded)
+            if state.refilling:
+                return None, None
+            state.claim()
+            return None, state.take_all()
+
+    def _refilled(self, state: KeyLease, need: int, own: list[Chunk], started: float,
+                  outcome: Outcome | None) -> Outcome | None:
+        """Settle a refill; ``outcome`` None: the call failed (the caller re-raises)."""
+        granted = (outcome.granted or 0) if outcome is not None else 0
+        with state.lock:
+            state.settle()
+            if outcome is not None:
+                state.observe(outcome, self.clock())
+            if outcome is None or not outcome.allowed:  # keep the units for smaller requests
+                state.restore(own)
+                if outcome is not None and outcome.retry_after is not None:
+                    state.denied_until, state.denied_need = started + outcome.retry_after / 1e6, need
+            else:  # the units were counted after `started`: they expire a ttl from then
+                state.add(granted - need, started + self.lease.ttl)
+            stranded, held = state.expire(self.clock()), state.held
+        self._count(int(outcome is not None), calls=1, leased=granted, stranded=stranded)
+        return None if outcome is None else outcome._replace(remaining=(outcome.remaining[0] + held,))
+
+    def _direct(self, state: KeyLease | None, outcome: Outcome) -> Outcome:
+        self._count(1, calls=1)
+        if state is None:
+            return outcome
+        with state.lock:
+            state.observe(outcome, self.clock())
+            held = state.held
+        return outcome._replace(remaining=(outcome.remaining[0] + held,))
+
+    def _prefetch(self, state: KeyLease) -> None:
+        """Top the lease up ahead of need, off the request path (a background thread)."""
+        started, outcome = self.clock(), None
+        try:
+            outcome = self.inner.take([state.spec], self.lease.size, 1)
+        except BackendError as exc:  # the next request that needs the store will see it too
+            logger.debug("django_gcra: lease prefetch failed: %s", exc)
+        granted = (outcome.granted or 0) if outcome is not None else 0
+        with state.lock:
+            state.settle()
+            if outcome is not None:
+                state.observe(outcome, self.clock())
+            state.add(granted, started + self.lease.ttl)
+        self._count(0, calls=1, leased=granted)
+
+    def _count(self, decisions: int, local: int = 0, calls: int = 0, leased: int = 0, stranded: int = 0) -> None:
+        with self._stats_lock:
+            s = self._stats
+            s.decisions += decisions
+            s.local += local
+            s.store_calls += calls
+            s.leased_units += leased
+            s.stranded_units += stranded
+
+    def stats(self) -> LeaseStats:
+        with self._keys_lock:
+            held = sum(s.held for s in self._keys.values())
+        with self._stats_lock:
+            return replace(self._stats, held_units=held)
+
+    def held_keys(self) -> int:
+        with self._keys_lock:
+            return len(self._keys)
+
+    def _state(self, key: str) -> KeyLease:
+        with self._keys_lock:
+            state = self._keys.get(key)
+            if state is not None:
+                self._keys.move_to_end(key)
+                return state
+            now = self.clock()
+            if len(self._keys) >= self.max_keys or now >= self._next_sweep:
+                self._sweep(now)
+            state = self._keys[key] = KeyLease()
+            return state
+
+    def _sweep(self, now: float) -> None:
+        """Drop idle leases (every unit expired); past ``max_keys``, the least recently used."""
+        self._next_sweep = now + self.lease.ttl
+        stranded = 0
+        for key, state in list(self._keys.items()):
+            if not state.refilling and all(c.expires <= now for c in state.chunks):
+                del self._keys[key]
+                with state.lock:
+                    stranded += state.expire(now)
+        while len(self._keys) >= self.max_keys:
+            key = next((k for k, s in self._keys.items() if not s.refilling), next(iter(self._keys)))
+            state = self._keys.pop(key)
+            with state.lock:
+                stranded += units(state.take_all())
+        self._count(0, stranded=stranded)
+
+    def read_tats(self, keys: Sequence[str]) -> list[int | None]:
+        return self.inner.read_tats(keys)
+
+
+# One background thread runs prefetches, so a hot key rarely waits on the store.
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _submit(job: Callable[[], None]) -> None:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="django_gcra-lease")
+        _executor.submit(job)
+
+
+def _forget_executor() -> None:
+    global _executor
+    _executor = None  # a forked child has no thread behind the parent's executor
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_executor)

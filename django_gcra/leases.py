@@ -1,0 +1,107 @@
+"""Local token leases: most decisions of a leased policy are served from memory.
+
+``limiter.backend_for(policy)`` calls ``leasing_backend()``: a policy with a ``lease`` is
+decided by one ``LeasingBackend`` per process around the store. ``lease_stats()`` reads
+the counters (Redis calls saved, leased units, stranded units) per policy.
+See docs/howto/leases.md.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import fields
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .backends import Backend
+from .backends.leasing import LeaseStats, LeasingBackend
+from .conf import setting
+from .policy import Lease, Policy
+
+__all__ = ["LeaseCollector", "LeaseStats", "LeasingBackend", "lease_stats", "leasing_backend", "reset_leases"]
+
+_wrappers: dict[tuple[int, str, Lease], LeasingBackend] = {}
+_wrappers_lock = threading.Lock()
+
+
+def leasing_backend(inner: Backend, policy: Policy) -> Backend:
+    """The backend deciding ``policy``: ``inner`` itself, or its lease wrapper if leased."""
+    if policy.lease is None:
+        return inner
+    key = (id(inner), policy.name, policy.lease)
+    wrapper = _wrappers.get(key)
+    if wrapper is None or wrapper.inner is not inner:
+        with _wrappers_lock:
+            wrapper = _wrappers.get(key)
+            if wrapper is None or wrapper.inner is not inner:
+                wrapper = _wrappers[key] = LeasingBackend(inner, policy.lease, max_keys=_max_keys())
+    return wrapper
+
+
+def _max_keys() -> int:
+    value = setting("LEASE_MAX_KEYS")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ImproperlyConfigured(f"DJANGO_GCRA['LEASE_MAX_KEYS'] is {value!r} (django_gcra.E053)")
+    return value
+
+
+def lease_stats() -> dict[str, LeaseStats]:
+    """Counters per leased policy in this process, summed over its wrappers."""
+    totals: dict[str, LeaseStats] = {}
+    with _wrappers_lock:
+        items = [(name, wrapper.stats()) for (_, name, _), wrapper in _wrappers.items()]
+    for name, stats in items:
+        total = totals.setdefault(name, LeaseStats())
+        for f in fields(LeaseStats):
+            setattr(total, f.name, getattr(total, f.name) + getattr(stats, f.name))
+    return totals
+
+
+def reset_leases() -> None:
+    """Forget every lease and counter in this process (tests; a changed configuration)."""
+    with _wrappers_lock:
+        _wrappers.clear()
+
+
+def _forget_in_child() -> None:
+    # A forked worker must not spend the units its parent holds: both would admit them.
+    global _wrappers_lock
+    _wrappers_lock = threading.Lock()
+    _wrappers.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+@receiver(setting_changed)
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DJANGO_GCRA", "CACHES"):
+        reset_leases()
+
+
+class LeaseCollector:
+    """A ``prometheus_client`` collector of ``lease_stats()``; register it yourself:
+    ``prometheus_client.REGISTRY.register(LeaseCollector())``. Labelled by policy only."""
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        stats = lease_stats()
+        for name, help_text, kind in (
+            ("decisions", "Decisions of leased policies", CounterMetricFamily),
+            ("local", "Leased-policy decisions served from memory", CounterMetricFamily),
+            ("store_calls", "Store script calls made by leased policies", CounterMetricFamily),
+            ("leased_units", "Units taken from the store into local leases", CounterMetricFamily),
+            ("stranded_units", "Leased units that expired or were evicted unused", CounterMetricFamily),
+            ("held_units", "Leased units held in this process now", GaugeMetricFamily),
+        ):
+            family = kind(f"django_gcra_lease_{name}", help_text, labels=["policy"])
+            for policy, values in sorted(stats.items()):
+                family.add_metric([policy], getattr(values, name))
+            yield family

@@ -1,0 +1,474 @@
+"""Local token leases: the partial take, the lease wrapper on a fake clock, the system
+checks, and the global guarantees on a real redis-server with several processes."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import threading
+import time
+
+import pytest
+from django.core import checks
+
+from django_gcra import adecide, decide
+from django_gcra.algorithm import ALLOWED, DENIED, gcra_composite
+from django_gcra.backends import BackendError, LimitSpec
+from django_gcra.backends.memory import MemoryBackend
+from django_gcra.leases import LeasingBackend, lease_stats, leasing_backend
+from django_gcra.limiter import backend_for, get_policy
+from django_gcra.policy import Lease
+from tests.lease_workers import lease_hammer
+
+T, B = 200_000, 3  # the seed's hand trace: 5/s, burst 3
+
+
+# The twin's partial take ---------------------------------------------------------------
+
+def test_twin_take_grants_what_is_free_between_least_and_most():
+    fresh = gcra_composite([None], 0, [(T, B, True)], cost=10, least=1)
+    assert (fresh.enforced, fresh.cost, fresh.writes, fresh.remaining) == (ALLOWED, 3, (3 * T,), (0,))
+    empty = gcra_composite([3 * T], 0, [(T, B, True)], cost=10, least=1)
+    assert (empty.enforced, empty.cost, empty.retry_after, empty.writes) == (DENIED, 1, T, (None,))
+    later = gcra_composite([3 * T], 250_000, [(T, B, True)], cost=10, least=1)
+    assert (later.enforced, later.cost, later.writes) == (ALLOWED, 1, (4 * T,))
+    assert gcra_composite([None], 0, [(T, B, True)], cost=2, least=1).cost == 2  # at most `cost`
+
+
+# The wrapper on a fake clock -----------------------------------------------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def us(self) -> int:
+        return round(self.t * 1_000_000)
+
+
+class Counting(MemoryBackend):
+    """The memory store, counting its calls (each one stands for one script call)."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock.us)
+        self.calls = 0
+
+    def evaluate(self, specs, cost):
+        self.calls += 1
+        return super().evaluate(specs, cost)
+
+    def take(self, specs, most, least):
+        self.calls += 1
+        return super().take(specs, most, least)
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def store(clock):
+    return Counting(clock)
+
+
+def leased(store, clock, size=10, ttl=1.0, **kwargs):
+    return LeasingBackend(store, Lease(size, ttl, kwargs.pop("low_water", 0)), clock=lambda: clock.t, **kwargs)
+
+
+SPEC = LimitSpec("k", 1_000, 100)  # 1000/s, burst 100
+
+
+def test_one_store_call_per_lease(store, clock):
+    backend = leased(store, clock)
+    outcomes = [backend.evaluate([SPEC], 1) for _ in range(35)]
+    assert all(o.allowed for o in outcomes)
+    assert store.calls == 4  # 35 decisions, leases of 10
+    stats = backend.stats()
+    assert (stats.decisions, stats.local, stats.store_calls, stats.leased_units, stats.held_units) == (35, 31, 4, 40, 5)
+    assert stats.calls_saved == 31
+
+
+def test_remaining_is_the_unleased_remaining_for_one_process(store, clock):
+    backend, plain = leased(store, clock), MemoryBackend(clock.us)
+    for step in range(40):
+        clock.t += 0.00037 * (step % 3)  # never on an interval boundary: clocks round apart
+        assert backend.evaluate([SPEC], 1).remaining == plain.evaluate([SPEC], 1).remaining
+
+
+def test_unused_lease_expires_after_ttl_as_stranded(store, clock):
+    backend = leased(store, clock, ttl=0.5)
+    backend.evaluate([SPEC], 1)  # takes 10, holds 9
+    clock.t += 0.49
+    assert backend.evaluate([SPEC], 1).allowed and store.calls == 1
+    clock.t += 0.02
+    assert backend.evaluate([SPEC], 1).allowed and store.calls == 2  # the 8 left expired
+    stats = backend.stats()
+    assert (stats.stranded_units, stats.held_units, stats.leased_units) == (8, 9, 20)
+
+
+def test_single_unit_fallback_admits_what_a_full_lease_could_not(store, clock):
+    spec = LimitSpec("edge", 60_000_000, 5)  # 1/m, burst 5: nothing refills during the test
+    a, b, c = (leased(store, clock, size=4) for _ in range(3))  # three processes
+    assert a.evaluate([spec], 1).allowed  # takes 4, holds 3
+    assert store.evaluate([spec], 0).remaining == (1,)  # a lease of 4 cannot be had any more
+    assert not store.evaluate([spec], 4).allowed
+    second = b.evaluate([spec], 1)
+    assert second.allowed and second.granted == 1 and store.calls == 4
+    third = c.evaluate([spec], 1)
+    assert not third.allowed and third.retry_after == 60_000_000
+    assert [a.evaluate([spec], 1).allowed for _ in range(4)] == [True] * 3 + [False]
+
+
+def test_costs_spend_held_units_first(store, clock):
+    backend = leased(store, clock)
+    backend.evaluate([SPEC], 8)  # takes 10, holds 2
+    assert backend.evaluate([SPEC], 5).allowed  # spends the 2, takes 10 more (3 for itself)
+    assert (backend.stats().held_units, backend.stats().leased_units) == (7, 20)
+    assert store.evaluate([SPEC], 0).remaining == (100 - 20,)
+
+
+def test_a_denied_refill_keeps_the_held_units(store, clock):
+    spec = LimitSpec("d", 60_000_000, 12)
+    backend = leased(store, clock)
+    assert backend.evaluate([spec], 10).allowed  # takes 10 for itself; nothing held
+    assert backend.evaluate([spec], 1).allowed  # takes the last 2, holds 1
+    denied = backend.evaluate([spec], 2)  # needs 1 more: none free
+    assert not denied.allowed and denied.retry_after == 60_000_000 and denied.remaining == (1,)
+    assert backend.evaluate([spec], 1).allowed and store.calls == 3  # the held unit still serves
+
+
+@pytest.mark.parametrize("specs, cost", [
+    ([LimitSpec("s", 1_000, 100, enforce=False)], 1),  # shadow: the store reports would-deny
+    ([SPEC, LimitSpec("k2", 1_000, 100)], 1),  # several limits
+    ([SPEC], 0),  # a peek
+    ([SPEC], 101),  # above the burst: impossible, never served from a lease
+])
+def test_what_a_lease_cannot_answer_goes_to_the_store(store, clock, specs, cost):
+    backend = leased(store, clock)
+    for _ in range(3):
+        backend.evaluate(specs, cost)
+    assert store.calls == 3 and backend.stats().leased_units == 0
+
+
+def test_store_failure_during_refill_raises_and_keeps_nothing_half_done(store, clock):
+    backend = leased(store, clock)
+    store.take = lambda *a: (_ for _ in ()).throw(BackendError("down"))
+    with pytest.raises(BackendError):
+        backend.evaluate([SPEC], 1)
+    del store.take
+    assert backend.evaluate([SPEC], 1).allowed  # not stuck "refilling"
+    assert backend.stats().leased_units == 10
+
+
+def test_low_water_prefetch_keeps_the_request_path_off_the_store(store, clock):
+    jobs = []
+    backend = leased(store, clock, low_water=3, prefetch=jobs.append)
+    backend.evaluate([SPEC], 1)  # the only call on the request path
+    for _ in range(6):
+        backend.evaluate([SPEC], 1)
+    assert len(jobs) == 1 and store.calls == 1  # 3 left: a prefetch is queued, not run
+    jobs.pop()()  # the background thread runs it
+    assert store.calls == 2 and backend.stats().held_units == 13
+    for _ in range(40):
+        backend.evaluate([SPEC], 1)
+        while jobs:
+            jobs.pop()()
+    stats = backend.stats()
+    assert stats.local == 46 and stats.decisions == 47  # only the first decision waited on the store
+
+
+def test_idle_leases_are_evicted_and_memory_is_bounded(store, clock):
+    backend = leased(store, clock, max_keys=3)
+    for i in range(5):
+        backend.evaluate([LimitSpec(f"k{i}", 1_000, 100)], 1)
+    assert backend.held_keys() <= 3
+    assert backend.stats().stranded_units == 2 * 9  # two evicted leases held 9 each
+    clock.t += 1.5
+    backend.evaluate([LimitSpec("new", 1_000, 100)], 1)
+    assert backend.held_keys() == 1  # every idle lease swept
+    assert backend.stats().stranded_units == 5 * 9
+
+
+def test_threads_never_admit_more_than_was_counted(clock):
+    store = MemoryBackend(clock.us)
+    spec = LimitSpec("hot", 60_000_000, 500)  # no refill: the store counts exactly
+    backend = leased(store, clock, size=7)
+    admitted = []
+
+    def work():
+        admitted.append(sum(backend.evaluate([spec], 1).allowed for _ in range(200)))
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    counted = 500 - store.evaluate([spec], 0).remaining[0]
+    held = backend.stats().held_units
+    assert sum(admitted) + held == counted == 500 and held < 7
+
+
+async def test_async_decisions_are_served_from_the_lease(clock):
+    store = MemoryBackend(clock.us)
+    spec = LimitSpec("a", 60_000_000, 50)
+    backend = leased(store, clock, size=4)
+    outcomes = []
+    for _ in range(8):  # batches: the first of each may refill while the rest go direct
+        outcomes += await asyncio.gather(*(backend.aevaluate([spec], 1) for _ in range(10)))
+    counted = 50 - store.evaluate([spec], 0).remaining[0]
+    assert sum(o.allowed for o in outcomes) + backend.stats().held_units == counted == 50
+    assert backend.stats().local > 0
+
+
+# Configuration and system checks -------------------------------------------------------
+
+def lease_policy(rate="500/s", burst=100, limits=None, **lease):
+    return {"limits": limits or [{"name": "k", "key": ["ip"], "rate": rate, "burst": burst}],
+            "lease": {"size": 10, "ttl": 1.0, **lease}}
+
+
+def check_ids(gcra_settings, **policies):
+    gcra_settings(POLICIES=policies)
+    return sorted({m.id for m in checks.run_checks(tags=["django_gcra"])})
+
+
+def test_a_good_lease_is_clean(gcra_settings):
+    assert check_ids(gcra_settings, search=lease_policy(low_water=2)) == []
+    gcra_settings(POLICIES={"search": lease_policy()}, LEASE_MAX_KEYS=50)
+    assert checks.run_checks(tags=["django_gcra"]) == []
+
+
+@pytest.mark.parametrize("policy, expected", [
+    (lease_policy(limits=[{"name": "t", "key": ["ip"], "rate": "1000/s", "burst": 200},
+                          {"name": "u", "key": ["ip", "user"], "rate": "50/s", "burst": 20}]), "django_gcra.E050"),
+    (lease_policy(burst=10), "django_gcra.E051"),
+    (lease_policy(rate={"free": "5/s", "paid": "5000/s"}, burst=None), "django_gcra.E051"),  # free: burst 5
+    (lease_policy(low_water=10), "django_gcra.E052"),
+    (lease_policy(low_water="2"), "django_gcra.E052"),
+    (lease_policy(rate="5/s", burst=20), "django_gcra.W050"),
+    ({**lease_policy(), "mode": "shadow"}, "django_gcra.W051"),
+    ({**lease_policy(limits=[{"name": "t", "key": ["ip"], "rate": "1000/s", "burst": 200},
+                             {"name": "u", "key": ["ip", "user"], "rate": "50/s", "burst": 20}]), "mode": "shadow"},
+     "django_gcra.E050"),  # shadow or not, a composite lease is an error
+])
+def test_lease_problems(gcra_settings, policy, expected):
+    assert expected in check_ids(gcra_settings, p=policy)
+
+
+@pytest.mark.parametrize("value", [0, "100", True])
+def test_lease_max_keys_must_be_a_positive_int(fake_redis, gcra_settings, value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    gcra_settings(POLICIES={"search": lease_policy()}, LEASE_MAX_KEYS=value)
+    assert sorted({m.id for m in checks.run_checks(tags=["django_gcra"])}) == ["django_gcra.E053"]
+    with pytest.raises(ImproperlyConfigured, match="E053"):
+        decide("search", {"ip": "1"})
+
+
+def test_a_bad_lease_is_refused_at_run_time(gcra_settings):
+    from django.core.exceptions import ImproperlyConfigured
+
+    check_ids(gcra_settings, p=lease_policy(burst=10))
+    with pytest.raises(ImproperlyConfigured, match="E051"):
+        decide("p", {"ip": "1"})
+
+
+def test_backend_for_wraps_only_leased_policies(gcra_settings):
+    gcra_settings(POLICIES={"leased": lease_policy(), "plain": {"limits": [{"name": "k", "key": ["ip"], "rate": "5/s"}]}})
+    assert isinstance(backend_for(get_policy("leased")), LeasingBackend)
+    assert backend_for(get_policy("leased")) is backend_for(get_policy("leased"))
+    assert not isinstance(backend_for(get_policy("plain")), LeasingBackend)
+    plain = backend_for(get_policy("plain"))
+    assert leasing_backend(plain, get_policy("plain")) is plain
+
+
+# Real redis-server ---------------------------------------------------------------------
+
+SEARCH = {"POLICIES": {"search": lease_policy(rate="1000/s", burst=100)}}
+
+
+def evalsha_calls(client) -> int:
+    return client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+
+
+def test_decide_takes_one_script_call_per_lease(real_redis, gcra_settings):
+    gcra_settings(**SEARCH)
+    decide("search", {"ip": "warm"})  # loads the script
+    before = evalsha_calls(real_redis)
+    decisions = [decide("search", {"ip": "hot"}) for _ in range(50)]
+    assert all(d.allowed for d in decisions)
+    assert evalsha_calls(real_redis) - before == 5
+    assert lease_stats()["search"].calls_saved == 51 - 6
+
+
+async def test_adecide_uses_the_lease_on_the_native_async_client(real_redis, gcra_settings):
+    gcra_settings(**SEARCH)
+    decisions = [await adecide("search", {"ip": "async"}) for _ in range(25)]
+    assert all(d.allowed for d in decisions) and [d.remaining for d in decisions[:3]] == [99, 98, 97]
+    assert lease_stats()["search"].store_calls == 3
+
+
+def test_single_unit_fallback_on_redis(real_redis, gcra_settings):
+    gcra_settings(POLICIES={"edge": lease_policy(rate="1/s", burst=5, size=4, ttl=4.0)})
+    policy = get_policy("edge")
+    assert decide("edge", {"ip": "x"}).allowed  # this process leases 4
+    other = LeasingBackend(backend_for(policy).inner, policy.lease)  # a second process
+    spec = [LimitSpec("rl:{x}:edge:k:x", 1_000_000, 5)]
+    assert not other.inner.evaluate(spec, 4).allowed  # a full lease is not available
+    assert other.evaluate(spec, 1).allowed  # one unit is
+    assert not other.evaluate(spec, 1).allowed
+
+
+PROCESSES = 4
+
+
+def run_workers(url, gcra, policy, descriptors, duration, max_calls):
+    ctx = multiprocessing.get_context("spawn")
+    start_at = time.time() + 2.0  # time for the spawned interpreters to import Django
+    with ctx.Pool(PROCESSES) as pool:
+        return pool.starmap(lease_hammer, [(url, gcra, policy, descriptors, start_at, duration, calls)
+                                           for calls in max_calls])
+
+
+@pytest.mark.slow
+def test_processes_with_leases_never_exceed_the_global_limit(redis_server):
+    rate, burst, size = 50, 20, 5
+    gcra = {"POLICIES": {"p": lease_policy(rate=f"{rate}/s", burst=burst, size=size)}}
+    redis_server.client().flushall()
+    results = run_workers(redis_server.url, gcra, "p", {"ip": "hot"}, 3.0, [100_000] * PROCESSES)
+    admitted, calls = sum(r[0] for r in results), sum(r[1] for r in results)
+    elapsed = max(r[3] for r in results) - min(r[2] for r in results)
+    store_calls = sum(r[4]["store_calls"] for r in results)
+    bound = burst + elapsed * rate + 1
+    print(f"admitted {admitted} of {calls} calls in {elapsed:.2f}s with {store_calls} store calls; bound {bound:.1f}")
+    assert calls > 4 * admitted  # the key was really contended
+    assert admitted <= bound
+    assert admitted >= 0.5 * bound  # not starved (loose: a loaded 2-core machine stalls workers)
+    assert sum(r[4]["local"] for r in results) > 0
+
+
+@pytest.mark.slow
+def test_stranded_quota_stays_within_processes_times_lease_size(redis_server):
+    size, interval = 10, 100_000  # 10/s
+    gcra = {"POLICIES": {"p": lease_policy(rate="10/s", burst=1000, size=size)}}
+    client = redis_server.client()
+    client.flushall()
+    key = "rl:{q}:p:k:q"
+    # Put the TAT 60 s ahead, so it never falls behind the clock: then every unit the
+    # script counts moves it by exactly one interval, and counted = its movement.
+    now = client.time()
+    start = (now[0] + 60) * 1_000_000 + now[1]
+    client.set(key, start)
+    per_process = [3, 10, 11, 25]
+    results = run_workers(redis_server.url, gcra, "p", {"ip": "q"}, 10.0, per_process)
+    admitted = sum(r[0] for r in results)
+    counted = (int(client.get(key)) - start) // interval
+    stranded = counted - admitted
+    print(f"admitted {admitted}, counted {counted}, stranded {stranded}")
+    assert admitted == sum(per_process)
+    assert stranded == sum(-n % size for n in per_process) == sum(r[4]["held_units"] for r in results)
+    assert 0 < stranded <= PROCESSES * size
+
+
+def test_a_denial_is_remembered_until_its_retry_after(store, clock):
+    spec = LimitSpec("over", 100_000, 5)  # 10/s, burst 5
+    backend = leased(store, clock, size=4)
+    assert [backend.evaluate([spec], 1).allowed for _ in range(5)] == [True] * 5
+    calls = store.calls
+    first = backend.evaluate([spec], 1)
+    assert not first.allowed and first.retry_after == 100_000 and store.calls == calls + 1
+    clock.t += 0.06
+    again = backend.evaluate([spec], 1)
+    assert not again.allowed and again.retry_after == 40_000 and store.calls == calls + 1  # from memory
+    clock.t += 0.04
+    assert backend.evaluate([spec], 1).allowed and store.calls == calls + 2
+    assert backend.stats().decisions == 8
+
+
+def test_remaining_counts_held_units_on_top_of_a_rested_store(store, clock):
+    backend = leased(store, clock, ttl=10.0)
+    backend.evaluate([SPEC], 1)  # holds 9; the store has 90
+    clock.t += 5  # the key rests: the store has its full burst again, and we still hold 9
+    assert backend.evaluate([SPEC], 1).remaining == (100 + 8,)  # what this caller can still be admitted now
+    assert store.evaluate([SPEC], 0).remaining == (100,)
+
+
+def test_counters_reach_prometheus_through_the_optional_collector(fake_redis, gcra_settings):
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from django_gcra.leases import LeaseCollector
+
+    gcra_settings(POLICIES={"search": lease_policy()})
+    for _ in range(25):
+        assert decide("search", {"ip": "p"}).allowed  # on the embedded fakeredis: 3 leases of 10
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(LeaseCollector())
+    value = registry.get_sample_value
+    assert value("django_gcra_lease_decisions_total", {"policy": "search"}) == 25
+    assert value("django_gcra_lease_store_calls_total", {"policy": "search"}) == 3
+    assert value("django_gcra_lease_leased_units_total", {"policy": "search"}) == 30
+    assert value("django_gcra_lease_held_units", {"policy": "search"}) == 5
+
+
+def test_a_forked_worker_starts_without_its_parents_leases(fake_redis, gcra_settings):
+    from django_gcra import leases
+
+    gcra_settings(POLICIES={"search": lease_policy()})
+    decide("search", {"ip": "f"})  # the parent holds 9 units
+    leases._forget_in_child()  # what os.register_at_fork runs in a forked child
+    assert lease_stats() == {}
+    assert decide("search", {"ip": "f"}).remaining == 100 - 11  # the child takes its own lease
+    assert lease_stats()["search"].store_calls == 1
+
+
+def test_a_changed_rate_or_burst_forgets_the_remembered_denial(store, clock):
+    spec = LimitSpec("o", 60_000_000, 3)
+    backend = leased(store, clock, size=2)
+    assert [backend.evaluate([spec], 1).allowed for _ in range(4)] == [True] * 3 + [False]
+    calls = store.calls
+    assert not backend.evaluate([spec], 1).allowed and store.calls == calls  # remembered
+    raised = LimitSpec("o", 60_000_000, 6)  # an override raised the burst
+    assert backend.evaluate([raised], 1).allowed and store.calls == calls + 1
+
+
+def test_the_default_take_falls_back_to_the_least_in_a_second_decision(clock):
+    from django_gcra.backends import Backend
+
+    class EvaluateOnly(Backend):  # a store that knows nothing of takes
+        def __init__(self):
+            self.memory, self.costs = MemoryBackend(clock.us), []
+
+        def evaluate(self, specs, cost):
+            self.costs.append(cost)
+            return self.memory.evaluate(specs, cost)
+
+    backend, spec = EvaluateOnly(), [LimitSpec("t", 60_000_000, 5)]
+    assert backend.take(spec, 4, 1).granted == 4
+    assert backend.take(spec, 4, 1).granted == 1  # a full lease is denied, one unit is not
+    denied = backend.take(spec, 4, 1)
+    assert (denied.allowed, denied.granted) == (False, 0) and backend.costs == [4, 4, 1, 4, 1]
+
+
+def test_threads_with_background_prefetch_on_redis_account_for_every_unit(real_redis, gcra_settings):
+    gcra_settings(POLICIES={"p": lease_policy(rate="10/s", burst=1000, size=10, low_water=3)})
+    key, interval = "rl:{t}:p:k:t", 100_000
+    now = real_redis.time()
+    start = (now[0] + 60) * 1_000_000 + now[1]  # 60 s ahead: every counted unit moves the TAT
+    real_redis.set(key, start)
+    admitted = []
+
+    def work():
+        admitted.append(sum(decide("p", {"ip": "t"}).allowed for _ in range(50)))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and (int(real_redis.get(key)) - start) // interval - 200 != lease_stats()["p"].held_units:
+        time.sleep(0.01)  # a prefetch may still be in flight on the background thread
+    counted = (int(real_redis.get(key)) - start) // interval
+    stats = lease_stats()["p"]
+    assert sum(admitted) == 200
+    assert counted == 200 + stats.held_units and stats.held_units <= 10 + 3
+    assert stats.local > 150 and stats.leased_units <= counted  # the rest were decided directly
