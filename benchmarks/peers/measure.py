@@ -20,10 +20,15 @@ Workload = Callable[[int], tuple[str, str]]  # decision index -> (tenant, user)
 class Timing:
     rates: list[float] = field(default_factory=list)  # decisions per second, one per round
     latencies: list[int] = field(default_factory=list)  # ns per decision, every round
+    cpu: list[float] = field(default_factory=list)  # client CPU us per decision, one per round
 
     @property
     def median(self) -> float:
         return statistics.median(self.rates)
+
+    @property
+    def cpu_us(self) -> float:
+        return statistics.median(self.cpu)
 
     def percentile(self, q: int) -> float:
         """Latency percentile in microseconds."""
@@ -33,12 +38,14 @@ class Timing:
 def one_round(contender: Contender, workload: Workload, ops: int, offset: int, timing: Timing) -> None:
     decide, clock = contender.decide, time.perf_counter_ns
     samples = [0] * ops
+    cpu = time.process_time()
     start = clock()
     for i in range(ops):
         before = clock()
         decide(*workload(offset + i))
         samples[i] = clock() - before
     timing.rates.append(ops / ((clock() - start) / 1e9))
+    timing.cpu.append((time.process_time() - cpu) / ops * 1e6)
     timing.latencies += samples
 
 
@@ -164,9 +171,11 @@ def over_admission(client, url: str, port: int, algorithms: dict[str, str], proc
     ctx = multiprocessing.get_context("spawn")
     results = {}
     with ctx.Pool(processes, initializer=worker_init, initargs=(url, port)) as pool:
+        lead = 4.0  # the first time, the spawned interpreters still import Django
         for key, algorithm in algorithms.items():
             client.flushdb()
-            start_at = time.time() + 1.0  # time for every worker to build the contender
+            start_at = time.time() + lead  # time for every worker to build the contender
+            lead = 1.0
             runs = pool.starmap(hammer, [(key, f"hot-{key}", start_at, duration)] * processes)
             first, last = min(r[2] for r in runs), max(r[3] for r in runs)
             results[key] = Admission(sum(r[0] for r in runs), sum(r[1] for r in runs),
