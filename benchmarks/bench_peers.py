@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
 import time
 from dataclasses import asdict
@@ -28,6 +30,20 @@ from .peers.contenders import FACTORIES, LOOSE, STRICT, build, setup_django
 from .peers.measure import Timing, commands, memory, over_admission, rounds
 
 KEYS = 10_000
+PACKAGES = ("Django", "djangorestframework", "django-redis", "redis", "hiredis", "django-ratelimit",
+            "django-smart-ratelimit", "limits", "throttled-py")
+
+
+def versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def one(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "?"
+
+    return f"Python {platform.python_version()}, " + ", ".join(f"{p} {one(p)}" for p in PACKAGES)
 
 
 def hot(i: int) -> tuple[str, str]:
@@ -49,6 +65,7 @@ def ratio(a: Timing, b: Timing) -> float:
 
 def measure(server, args) -> dict:
     url, client = server.url, server.client()
+    load = os.getloadavg()[0]
     single = {k: build(k, url) for k in FACTORIES}
     two = {k: c for k in FACTORIES if (c := build(k, url, two=True)) is not None}
     cases = {(k, "hot"): (c, hot) for k, c in single.items()}
@@ -67,6 +84,7 @@ def measure(server, args) -> dict:
         single["django_gcra_leased"].name += " [lease inactive]"
     return {
         "redis": client.info("server")["redis_version"],
+        "versions": versions(), "load": load,
         "config": {**vars(args), "loose": asdict(LOOSE), "strict": asdict(STRICT)},
         "seconds": round(time.monotonic() - t0, 1),
         "single": [{
@@ -92,7 +110,8 @@ def report(r: dict) -> None:
     c = r["config"]
     print(f"redis-server {r['redis']} on 127.0.0.1; one client thread; {c['rounds']} rounds x {c['ops']} "
           f"decisions per case, contenders alternating; medians. Limits {LOOSE.count:,}/s "
-          f"(GCRA burst {LOOSE.burst:,}), never reached: every decision takes the admit path.")
+          f"(GCRA burst {LOOSE.burst:,}), never reached: every decision takes the admit path.\n"
+          f"{r['versions']}; load average {r['load']:.1f} on {os.cpu_count()} CPUs at the start")
     print(f"\n{'single limit (user)':<36}{'algorithm':<23}{'hot/s':>7}{'10k/s':>7}{'gcra/x':>7}{'cpu us':>7}"
           f"{'p50 us':>7}{'p99 us':>7}{'trips':>6}{'cmds':>6}{'B/user':>7}{'keys':>5}")
     for s in r["single"]:

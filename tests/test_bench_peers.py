@@ -27,8 +27,8 @@ def test_benchmark_policies_parse_without_problems():
     problems = []
     parsed = {name: parse_policy(name, raw, {"tenant": "x"}, problems) for name, raw in policies().items()}
     assert problems == []
-    assert parsed["leased-loose"].lease == Lease(10, 1.0)
-    assert [limit.name for limit in parsed["two-strict"].limits] == ["tenant", "user"]
+    assert parsed["lease-loose"].lease == Lease(10, 1.0)
+    assert [limit.name for limit in parsed["multi-strict"].limits] == ["tenant", "user"]
 
 
 def test_leased_contender_declines_the_two_limit_case():

@@ -58,15 +58,16 @@ def promise(algorithm: str, rate: Rate, first: float, last: float) -> float:
 # ---------------------------------------------------------------- Django settings
 
 def policies() -> dict:
-    """django_gcra policies for each preset: one limit, tenant + user, and leased."""
+    """django_gcra policies for each preset: one limit, tenant + user, and leased (names of one
+    length, so key names weigh the same in the memory figures)."""
     out = {}
     for preset, rate in PRESETS.items():
         user = {"name": "user", "key": ["user"], "rate": rate.text, "burst": rate.burst}
-        out[f"one-{preset}"] = {"limits": [user]}
-        out[f"two-{preset}"] = {"limits": [
+        out[f"plain-{preset}"] = {"limits": [user]}
+        out[f"multi-{preset}"] = {"limits": [
             {"name": "tenant", "key": ["tenant"], "rate": rate.text, "burst": rate.burst},
             {**user, "key": ["tenant", "user"]}]}
-        out[f"leased-{preset}"] = {"limits": [user], "lease": {"size": 10, "ttl": 1.0}}
+        out[f"lease-{preset}"] = {"limits": [user], "lease": {"size": 10, "ttl": 1.0}}
     return out
 
 
@@ -109,9 +110,9 @@ def django_gcra(url: str, rate: Rate, preset: str, two: bool) -> Contender:
     from django_gcra import decide
 
     if two:
-        policy = f"two-{preset}"
+        policy = f"multi-{preset}"
         return Contender("django_gcra composite", GCRA, lambda t, u: decide(policy, {"tenant": t, "user": u}).allowed)
-    policy = f"one-{preset}"
+    policy = f"plain-{preset}"
     return Contender("django_gcra", GCRA, lambda t, u: decide(policy, {"user": u}).allowed)
 
 
@@ -120,7 +121,7 @@ def django_gcra_leased(url: str, rate: Rate, preset: str, two: bool) -> Contende
 
     if two:
         return None  # leasing a composite policy is a configuration error, by design
-    policy = f"leased-{preset}"
+    policy = f"lease-{preset}"
     return Contender("django_gcra leased", GCRA, lambda t, u: decide(policy, {"user": u}).allowed)
 
 
