@@ -90,7 +90,8 @@ def measure(server, args) -> dict:
         "single": [{
             "key": k, "name": c.name, "algorithm": c.algorithm,
             "hot": timings[(k, "hot")].median, "many": timings[(k, "10k")].median,
-            "cpu_us": timings[(k, "hot")].cpu_us, "p50_us": timings[(k, "hot")].percentile(50), "p99_us": timings[(k, "hot")].percentile(99),
+            "cpu_us": timings[(k, "hot")].cpu_us,
+            "p50_us": timings[(k, "hot")].percentile(50), "p99_us": timings[(k, "hot")].percentile(99),
             "gcra_over_this": ratio(gcra1, timings[(k, "hot")]),
             "round_trips": cmd1[k].round_trips, "server_commands": cmd1[k].server, "commands": cmd1[k].detail,
             "bytes_per_user": mem[k].bytes_per_identity, "keys_per_user": mem[k].keys_per_identity,
@@ -131,7 +132,8 @@ def report(r: dict) -> None:
               f"{t['round_trips']:>6.2f}{t['server_commands']:>6.2f}")
     peers = [t for t in r["two"] if not t["key"].startswith(("django_gcra", "bare"))]
     worst = min(peers, key=lambda t: t["gcra_over_this"])
-    print(f"django_gcra composite / slowest-to-beat peer ({worst['name']}): {worst['gcra_over_this']:.2f}x (target >= 1.8x)")
+    print(f"django_gcra composite / slowest-to-beat peer ({worst['name']}): "
+          f"{worst['gcra_over_this']:.2f}x (target >= 1.8x)")
     print(f"\n{c['processes']} processes on one key for {c['seconds']:.0f} s, limit {STRICT.count}/s "
           f"(GCRA burst {STRICT.burst}); promised = the most the contender's own algorithm admits in the run:\n"
           "GCRA burst + seconds x rate; fixed window: limit x clock seconds touched; sliding log and "

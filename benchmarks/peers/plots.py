@@ -36,7 +36,8 @@ def draw(r: dict, directory: str) -> list[str]:
     os.makedirs(directory, exist_ok=True)
     single, two = r["single"], r["two"]
     names = [s["name"] for s in single]
-    subtitle = f"one redis-server {r['redis']} on loopback, one client thread, medians of {r['config']['rounds']} rounds"
+    subtitle = (f"one redis-server {r['redis']} on loopback, one client thread, "
+                f"medians of {r['config']['rounds']} rounds")
     paths = []
 
     def save(fig, name):
