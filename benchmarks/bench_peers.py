@@ -1,0 +1,183 @@
+"""django_gcra against the rate limiters a Django user would otherwise pick, on one redis-server.
+
+    .venv/bin/pip install -r benchmarks/requirements.txt
+    .venv/bin/python -m benchmarks.bench_peers [--ops 300] [--rounds 20] [--seconds 3]
+
+Starts a private redis-server on a free loopback port and measures, in one run:
+decisions per second from one client thread (a hot key, and 10,000 keys; medians of
+short rounds in which all the cases alternate), p50/p99 latency on the hot key, Redis
+commands per decision on a hot key (what the client sends, and what Redis runs with the
+commands inside scripts, from INFO commandstats), memory per limited user (MEMORY USAGE
+of every key one user's 10 decisions leave, averaged over 200 users), a two-limit case
+(tenant + user) for every contender that can express it, and what 8 processes hammering
+one key are admitted against what each contender's own algorithm promises.
+Prints the tables and draws docs/img/peers-*.png. Takes about two to three minutes here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict
+
+from tests.servers import start_redis
+
+from .peers.contenders import FACTORIES, LOOSE, STRICT, build, setup_django
+from .peers.measure import Timing, commands, memory, over_admission, rounds
+
+KEYS = 10_000
+PACKAGES = ("Django", "djangorestframework", "django-redis", "redis", "hiredis", "django-ratelimit",
+            "django-smart-ratelimit", "limits", "throttled-py")
+
+
+def versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def one(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "?"
+
+    return f"Python {platform.python_version()}, " + ", ".join(f"{p} {one(p)}" for p in PACKAGES)
+
+
+def hot(i: int) -> tuple[str, str]:
+    return "t0", "hot"
+
+
+def many(i: int) -> tuple[str, str]:
+    return "t0", f"u{i % KEYS}"
+
+
+def pair(i: int) -> tuple[str, str]:  # 10 tenants, 10,000 users
+    return f"t{i % 10}", f"w{i % KEYS}"
+
+
+def ratio(a: Timing, b: Timing) -> float:
+    """Median of the per-round ratios a/b (both ran in the same rounds)."""
+    return statistics.median(x / y for x, y in zip(a.rates, b.rates))
+
+
+def measure(server, args) -> dict:
+    url, client = server.url, server.client()
+    load = os.getloadavg()[0]
+    single = {k: build(k, url) for k in FACTORIES}
+    two = {k: c for k in FACTORIES if (c := build(k, url, two=True)) is not None}
+    cases = {(k, "hot"): (c, hot) for k, c in single.items()}
+    cases |= {(k, "10k"): (c, many) for k, c in single.items()}
+    cases |= {(k, "two"): (c, pair) for k, c in two.items()}
+    t0 = time.monotonic()
+    timings = rounds(cases, args.ops, args.rounds)
+    cmd1 = {k: commands(client, c, hot, args.cmd_ops) for k, c in single.items()}
+    cmd2 = {k: commands(client, c, hot, args.cmd_ops) for k, c in two.items()}
+    strict = {k: build(k, url, "strict") for k in FACTORIES}
+    mem = {k: memory(client, c, args.mem_users, 10) for k, c in strict.items()}
+    adm = over_admission(client, url, server.port, {k: c.algorithm for k, c in single.items()},
+                         args.processes, args.seconds)
+    gcra1, gcra2 = timings[("django_gcra", "hot")], timings[("django_gcra", "two")]
+    if cmd1["django_gcra_leased"].round_trips > 0.5:  # no lease served anything from memory
+        single["django_gcra_leased"].name += " [lease inactive]"
+    return {
+        "redis": client.info("server")["redis_version"],
+        "versions": versions(), "load": load,
+        "config": {**vars(args), "loose": asdict(LOOSE), "strict": asdict(STRICT)},
+        "seconds": round(time.monotonic() - t0, 1),
+        "single": [{
+            "key": k, "name": c.name, "algorithm": c.algorithm,
+            "hot": timings[(k, "hot")].median, "many": timings[(k, "10k")].median,
+            "cpu_us": timings[(k, "hot")].cpu_us,
+            "p50_us": timings[(k, "hot")].percentile(50), "p99_us": timings[(k, "hot")].percentile(99),
+            "gcra_over_this": ratio(gcra1, timings[(k, "hot")]),
+            "round_trips": cmd1[k].round_trips, "server_commands": cmd1[k].server, "commands": cmd1[k].detail,
+            "bytes_per_user": mem[k].bytes_per_identity, "keys_per_user": mem[k].keys_per_identity,
+            "admitted": adm[k].admitted, "calls": adm[k].calls, "promised": adm[k].promised,
+            "admitted_over_promise": adm[k].ratio, "elapsed": adm[k].elapsed,
+        } for k, c in single.items()],
+        "two": [{
+            "key": k, "name": c.name, "rate": timings[(k, "two")].median, "cpu_us": timings[(k, "two")].cpu_us,
+            "gcra_over_this": ratio(gcra2, timings[(k, "two")]),
+            "round_trips": cmd2[k].round_trips, "server_commands": cmd2[k].server, "commands": cmd2[k].detail,
+        } for k, c in two.items()],
+        "leased_over_bare_hot": ratio(timings[("django_gcra_leased", "hot")], timings[("bare", "hot")]),
+    }
+
+
+def report(r: dict) -> None:
+    c = r["config"]
+    print(f"redis-server {r['redis']} on 127.0.0.1; one client thread; {c['rounds']} rounds x {c['ops']} "
+          f"decisions per case, contenders alternating; medians. Limits {LOOSE.count:,}/s "
+          f"(GCRA burst {LOOSE.burst:,}), never reached: every decision takes the admit path.\n"
+          f"{r['versions']}; load average {r['load']:.1f} on {os.cpu_count()} CPUs at the start")
+    print(f"\n{'single limit (user)':<36}{'algorithm':<23}{'hot/s':>7}{'10k/s':>7}{'gcra/x':>7}{'cpu us':>7}"
+          f"{'p50 us':>7}{'p99 us':>7}{'trips':>6}{'cmds':>6}{'B/user':>7}{'keys':>5}")
+    for s in r["single"]:
+        print(f"{s['name']:<36}{s['algorithm']:<23}{s['hot']:>7,.0f}{s['many']:>7,.0f}{s['gcra_over_this']:>7.2f}"
+              f"{s['cpu_us']:>7.0f}{s['p50_us']:>7.0f}{s['p99_us']:>7.0f}{s['round_trips']:>6.2f}"
+              f"{s['server_commands']:>6.2f}{s['bytes_per_user']:>7.0f}{s['keys_per_user']:>5.1f}")
+    print("gcra/x: django_gcra's decisions/s over this one's on the hot key (median of per-round ratios); "
+          "cpu us: client CPU per decision;\ntrips: commands the client sends per decision; cmds: commands Redis "
+          "runs per decision; B/user, keys: Redis memory and keys one user's 10 decisions leave.")
+    print(f"leased/bare (hot key): {r['leased_over_bare_hot']:.2f}x (target >= 5x)")
+    if any("[lease inactive]" in s["name"] for s in r["single"]):
+        print("  [lease inactive]: the leased policy still sent one command per decision, so this build of "
+              "django_gcra does not serve leases from memory; its leased figures are plain decide() figures.")
+    print(f"\n{'two limits (tenant + user)':<36}{'decisions/s':>12}{'gcra/x':>8}{'cpu us':>7}{'trips':>6}{'cmds':>6}")
+    for t in r["two"]:
+        print(f"{t['name']:<36}{t['rate']:>12,.0f}{t['gcra_over_this']:>8.2f}{t['cpu_us']:>7.0f}"
+              f"{t['round_trips']:>6.2f}{t['server_commands']:>6.2f}")
+    peers = [t for t in r["two"] if not t["key"].startswith(("django_gcra", "bare"))]
+    worst = min(peers, key=lambda t: t["gcra_over_this"])
+    print(f"django_gcra composite / slowest-to-beat peer ({worst['name']}): "
+          f"{worst['gcra_over_this']:.2f}x (target >= 1.8x)")
+    print(f"\n{c['processes']} processes on one key for {c['seconds']:.0f} s, limit {STRICT.count}/s "
+          f"(GCRA burst {STRICT.burst}); promised = the most the contender's own algorithm admits in the run:\n"
+          "GCRA burst + seconds x rate; fixed window: limit x clock seconds touched; sliding log and "
+          "sliding window counter: limit x (whole seconds + 1)")
+    print(f"{'contender':<36}{'algorithm':<23}{'seconds':>8}{'calls':>8}{'admitted':>9}{'promised':>9}{'ratio':>7}")
+    for s in r["single"]:
+        print(f"{s['name']:<36}{s['algorithm']:<23}{s['elapsed']:>8.2f}{s['calls']:>8,}{s['admitted']:>9,}"
+              f"{s['promised']:>9.0f}{s['admitted_over_promise']:>7.2f}")
+    print("\ncommands per decision on a hot key (sent by the client | run inside scripts):")
+    for s in r["single"]:
+        print(f"  {s['name']:<36}{s['commands']}")
+    for t in r["two"]:
+        print(f"  {t['name'] + ' (two)':<36}{t['commands']}")
+    print(f"\nmeasured in {r['seconds']:.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", type=int, default=300, help="decisions per round and case")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=3.0, help="over-admission run per contender")
+    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--cmd-ops", type=int, default=500, help="decisions counted for commands per decision")
+    parser.add_argument("--mem-users", type=int, default=200, help="users averaged for memory per user")
+    parser.add_argument("--img", default="docs/img", help="where to draw the plots ('' for none)")
+    parser.add_argument("--json", default="", help="also write the results to this file")
+    args = parser.parse_args()
+
+    server = start_redis()
+    try:
+        setup_django(server.url, server.port)
+        results = measure(server, args)
+    finally:
+        server.stop()
+    report(results)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(results, out, indent=1)
+    if args.img:
+        from .peers.plots import draw
+
+        for path in draw(results, args.img):
+            print("drew", path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""The measurements of ``bench_peers``: rounds, commands, memory, and 8-process over-admission.
+
+Every loop is bounded in count, and the over-admission loop in time as well.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .contenders import STRICT, Contender, build, promise, setup_django
+
+Workload = Callable[[int], tuple[str, str]]  # decision index -> (tenant, user)
+
+
+@dataclass
+class Timing:
+    rates: list[float] = field(default_factory=list)  # decisions per second, one per round
+    latencies: list[int] = field(default_factory=list)  # ns per decision, every round
+    cpu: list[float] = field(default_factory=list)  # client CPU us per decision, one per round
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    @property
+    def cpu_us(self) -> float:
+        return statistics.median(self.cpu)
+
+    def percentile(self, q: int) -> float:
+        """Latency percentile in microseconds."""
+        return statistics.quantiles(self.latencies, n=100, method="inclusive")[q - 1] / 1000
+
+
+def one_round(contender: Contender, workload: Workload, ops: int, offset: int, timing: Timing) -> None:
+    decide, clock = contender.decide, time.perf_counter_ns
+    samples = [0] * ops
+    cpu = time.process_time()
+    start = clock()
+    for i in range(ops):
+        before = clock()
+        decide(*workload(offset + i))
+        samples[i] = clock() - before
+    timing.rates.append(ops / ((clock() - start) / 1e9))
+    timing.cpu.append((time.process_time() - cpu) / ops * 1e6)
+    timing.latencies += samples
+
+
+def rounds(cases: dict[tuple[str, str], tuple[Contender, Workload]], ops: int, n_rounds: int
+           ) -> dict[tuple[str, str], Timing]:
+    """Run every case ``ops`` times per round, alternating cases within each round."""
+    for contender, workload in cases.values():
+        contender.decide(*workload(0))  # connect, load scripts
+    timings = {case: Timing() for case in cases}
+    for n in range(n_rounds):  # short alternating rounds, so noise hits every contender alike
+        for case, (contender, workload) in cases.items():
+            one_round(contender, workload, ops, n * ops, timings[case])
+    return timings
+
+
+def _commandstats(client) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in client.info("commandstats").items()}
+
+
+@dataclass(frozen=True)
+class Commands:
+    round_trips: float  # commands the client sent, per decision
+    server: float  # commands Redis ran, per decision, those inside scripts included
+    detail: str  # e.g. "evalsha 1.00 | get 1.00, set 1.00, time 1.00"
+
+
+def commands(client, contender: Contender, workload: Workload, n: int) -> Commands:
+    """Commands per decision: what the client sends (a wrapper on redis-py's
+    ``execute_command``) and what Redis runs (``INFO commandstats`` deltas)."""
+    from redis import Redis
+
+    contender.decide(*workload(0))
+    sent: list[str] = []
+    original = Redis.execute_command
+
+    def counting(self, *args, **kwargs):
+        sent.append(str(args[0]).lower())
+        return original(self, *args, **kwargs)
+
+    before = _commandstats(client)
+    Redis.execute_command = counting
+    try:
+        for i in range(n):
+            contender.decide(*workload(i))
+    finally:
+        Redis.execute_command = original
+    after = _commandstats(client)
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    delta = {k: v for k, v in delta.items() if v and k != "info"}
+    sent_kinds = sorted(set(sent))
+    in_scripts = {k: v - sent.count(k) for k, v in delta.items() if v > sent.count(k)}
+    detail = (", ".join(f"{k} {sent.count(k) / n:.2f}" for k in sent_kinds) + " | "
+              + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(in_scripts.items())))
+    return Commands(len(sent) / n, sum(delta.values()) / n, detail)
+
+
+@dataclass(frozen=True)
+class Memory:
+    bytes_per_identity: float
+    keys_per_identity: float
+
+
+def memory(client, contender: Contender, users: int, decisions: int) -> Memory:
+    """``MEMORY USAGE`` summed over every key one user's ``decisions`` leave, measured
+    right after them on an emptied database, averaged over ``users`` users."""
+    total = keys = 0
+    for k in range(users):
+        client.flushdb()
+        for _ in range(decisions):
+            contender.decide("mt", f"m{k}")
+        names = list(client.scan_iter(count=100))
+        keys += len(names)
+        total += sum(client.memory_usage(name, samples=0) or 0 for name in names)
+    return Memory(total / users, keys / users)
+
+
+# ---------------------------------------------------------------- over-admission
+
+_built: dict[str, Contender] = {}
+_url = ""
+
+
+def worker_init(url: str, port: int) -> None:
+    global _url
+    _url = url
+    setup_django(url, port)
+
+
+def hammer(key: str, hot: str, start_at: float, duration: float, max_calls: int = 100_000
+           ) -> tuple[int, int, float, float]:
+    """In a worker: decide on one hot key from ``start_at`` for ``duration`` seconds."""
+    if key not in _built:
+        _built[key] = build(key, _url, "strict")
+        _built[key].decide("warm", "warm")  # connect and load scripts before the clock starts
+    decide = _built[key].decide
+    while time.time() < start_at:
+        time.sleep(0.001)
+    admitted = calls = 0
+    first = time.time()
+    deadline = first + duration
+    while calls < max_calls and time.time() < deadline:
+        calls += 1
+        admitted += decide("ot", hot)
+    return admitted, calls, first, time.time()
+
+
+@dataclass(frozen=True)
+class Admission:
+    admitted: int
+    calls: int
+    promised: float
+    elapsed: float
+
+    @property
+    def ratio(self) -> float:
+        return self.admitted / self.promised
+
+
+def over_admission(client, url: str, port: int, algorithms: dict[str, str], processes: int, duration: float
+                   ) -> dict[str, Admission]:
+    """``processes`` spawned processes decide on one key per contender for ``duration`` s;
+    ``algorithms`` maps each contender's key in ``FACTORIES`` to its algorithm family."""
+    ctx = multiprocessing.get_context("spawn")
+    results = {}
+    with ctx.Pool(processes, initializer=worker_init, initargs=(url, port)) as pool:
+        lead = 4.0  # the first time, the spawned interpreters still import Django
+        for key, algorithm in algorithms.items():
+            client.flushdb()
+            start_at = time.time() + lead  # time for every worker to build the contender
+            lead = 1.0
+            runs = pool.starmap(hammer, [(key, f"hot-{key}", start_at, duration)] * processes)
+            first, last = min(r[2] for r in runs), max(r[3] for r in runs)
+            results[key] = Admission(sum(r[0] for r in runs), sum(r[1] for r in runs),
+                                     promise(algorithm, STRICT, first, last), last - first)
+    return results

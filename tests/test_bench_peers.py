@@ -1,0 +1,35 @@
+"""The comparative benchmark's own logic: what each algorithm promises, and its policies parse."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.peers.contenders import COUNTER, FIXED, GCRA, LOG, STRICT, build, policies, promise
+from django_gcra.policy import Lease, parse_policy
+
+
+def test_gcra_promises_burst_plus_elapsed_times_rate():
+    assert promise(GCRA, STRICT, 100.0, 103.0) == pytest.approx(10 + 3 * 50)
+
+
+def test_fixed_window_promises_limit_per_clock_second_touched():
+    assert promise(FIXED, STRICT, 100.9, 103.1) == 4 * 50  # seconds 100, 101, 102, 103
+    assert promise(FIXED, STRICT, 100.0, 100.5) == 50
+
+
+@pytest.mark.parametrize("algorithm", [LOG, COUNTER])
+def test_windows_starting_at_the_first_hit_promise_limit_per_started_second(algorithm):
+    assert promise(algorithm, STRICT, 100.9, 103.1) == 3 * 50  # 2.2 s: windows at 0, 1 and 2 s
+    assert promise(algorithm, STRICT, 100.0, 100.5) == 50
+
+
+def test_benchmark_policies_parse_without_problems():
+    problems = []
+    parsed = {name: parse_policy(name, raw, {"tenant": "x"}, problems) for name, raw in policies().items()}
+    assert problems == []
+    assert parsed["lease-loose"].lease == Lease(10, 1.0)
+    assert [limit.name for limit in parsed["multi-strict"].limits] == ["tenant", "user"]
+
+
+def test_leased_contender_declines_the_two_limit_case():
+    assert build("django_gcra_leased", "redis://127.0.0.1:1/0", two=True) is None
