@@ -11,13 +11,12 @@ class DjangoGCRAConfig(AppConfig):
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
 
-        # The policy plane: its checks, override invalidation, and the decision signal's
-        # receivers (the audit trail and metrics; the limiter knows neither).
+        # The policy plane: its checks, override invalidation, and the observers of every
+        # decision (the audit trail and metrics; the limiter knows neither).
         from . import audit, metrics, overrides, plane_checks  # noqa: F401
-        from .signals import decision
+        from .signals import observers
 
         override_model = self.get_model("LimitOverride")
         post_save.connect(overrides.on_override_change, sender=override_model, dispatch_uid="gcra_override_save")
         post_delete.connect(overrides.on_override_change, sender=override_model, dispatch_uid="gcra_override_delete")
-        decision.connect(audit.on_decision, dispatch_uid="gcra_audit")
-        decision.connect(metrics.on_decision, dispatch_uid="gcra_metrics")
+        observers[:] = [audit.on_decision, metrics.on_decision]

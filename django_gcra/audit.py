@@ -1,6 +1,6 @@
 """The audit trail, off the request path.
 
-A receiver of the ``decision`` signal records denials (``denied``), shadow would-denies
+An observer of every decision (``signals.observers``) records denials (``denied``), shadow would-denies
 (``shadow_denied``) and local-fallback denials (``fallback_denied``; a closed policy's
 ``unavailable`` answer is not a rate-limit denial and is only counted in metrics) into
 an in-memory buffer. Records are coalesced per (policy, limit, key, outcome): a flood of
@@ -177,7 +177,9 @@ recorder = AuditRecorder()
 
 
 def on_decision(sender: Any, decision: Decision, request: Any = None, **kwargs: Any) -> None:
-    """Receiver of ``django_gcra.signals.decision``: buffer the denials. Never raises."""
+    """Observer of every decision (``signals.observers``): buffer the denials. Never raises."""
+    if decision.allowed and not decision.shadow:
+        return  # the common case, kept off every other cost
     try:
         if audit_setting("ENABLED"):
             recorder.record(decision, request)

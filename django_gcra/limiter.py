@@ -27,6 +27,7 @@ from .overrides import apply_override
 from .policy import Limit, Policy
 from .rates import Rate
 from .signals import decision as decision_signal
+from .signals import observers
 
 __all__ = ["decide", "adecide", "get_policy", "backend_for"]
 
@@ -156,6 +157,8 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
 
 def _finish(p: Plan, outcome: Outcome | object | None, request: Any, fallback: bool = False) -> Decision:
     decision = _to_decision(p, outcome, fallback)
+    for observer in observers:
+        observer(sender=p.policy.name, decision=decision, request=request)
     if decision_signal.receivers:
         decision_signal.send(sender=p.policy.name, decision=decision, request=request)
     return decision
@@ -168,26 +171,17 @@ def _to_decision(p: Plan, outcome: Outcome | object | None, fallback: bool) -> D
     if not isinstance(outcome, Outcome):  # nothing to check, or failing open
         # Remaining is unknown: report 0 and no limit states, so no quota header claims more.
         return Decision(True, 0.0, 0, "", p.policy.name, p.cost, fallback=fallback, descriptors=p.descriptors)
-    states = tuple(
-        LimitState(pl.limit.name, pl.rate, pl.burst, outcome.remaining[i], outcome.reset_after[i] / 1e6, pl.mode)
+    remaining, reset_after = outcome.remaining, outcome.reset_after
+    states = tuple([
+        LimitState(pl.limit.name, pl.rate, pl.burst, remaining[i], reset_after[i] / 1e6, pl.mode)
         for i, pl in enumerate(p.limits)
-    )
-    bind = outcome.binding
-    if bind is None:
-        bind = min(range(len(states)), key=lambda i: states[i].remaining)
-    retry = math.inf if outcome.retry_after is None else outcome.retry_after / 1e6
+    ])
+    least = min(remaining)
+    bind = remaining.index(least) if outcome.binding is None else outcome.binding
     allowed = outcome.enforced == ALLOWED
-    return Decision(
-        allowed=allowed,
-        retry_after=0.0 if allowed else retry,
-        remaining=min(s.remaining for s in states),
-        limit=states[bind].name,
-        policy=p.policy.name,
-        cost=p.cost,
-        shadow=allowed and outcome.would != ALLOWED,
-        fallback=fallback,
-        reset_after=states[bind].reset_after,
-        would_retry_after=retry if allowed and outcome.would != ALLOWED else 0.0,
-        limits=states,
-        descriptors=p.descriptors,
-    )
+    shadow = allowed and outcome.would != ALLOWED
+    retry = 0.0
+    if not allowed or shadow:
+        retry = math.inf if outcome.retry_after is None else outcome.retry_after / 1e6
+    return Decision(allowed, 0.0 if allowed else retry, least, states[bind].name, p.policy.name, p.cost, shadow,
+                    fallback, False, states[bind].reset_after, retry if shadow else 0.0, states, p.descriptors)

@@ -59,13 +59,20 @@ if AVAILABLE:
                              "Audit records dropped because the in-memory buffer was full or a write failed.", ())
 
 
+_children: dict[tuple[str, str, str], Any] = {}
+
+
 def on_decision(sender: Any, decision: Decision, **kwargs: Any) -> None:
-    """Receiver of ``django_gcra.signals.decision``."""
+    """Observer of every decision (``signals.observers``): count it."""
     if not AVAILABLE:
         return
     try:
         outcome = outcome_of(decision)
-        DECISIONS.labels(decision.policy, decision.limit, outcome).inc()
+        labels = (decision.policy, decision.limit, outcome)
+        child = _children.get(labels)
+        if child is None:  # labels() costs a lock and a lookup; policies and limits are few
+            child = _children[labels] = DECISIONS.labels(*labels)
+        child.inc()
         if decision.fallback:
             FALLBACK.labels(decision.policy, outcome).inc()
     except Exception:  # metrics never fail a request

@@ -68,7 +68,8 @@ def policies() -> dict:
         out[f"multi-{preset}"] = {"limits": [
             {"name": "tenant", "key": ["tenant"], "rate": rate.text, "burst": rate.burst},
             {**user, "key": ["tenant", "user"]}]}
-        out[f"lease-{preset}"] = {"limits": [user], "lease": {"size": 10, "ttl": 1.0}}
+        # A lease must stay well below the burst (check E051): 10 on the loose preset, 4 on the strict one.
+        out[f"lease-{preset}"] = {"limits": [user], "lease": {"size": min(10, rate.burst // 2), "ttl": 1.0}}
     return out
 
 

@@ -25,6 +25,7 @@ from redis.exceptions import (
 from ..algorithm import ALLOWED
 from .base import Backend, BackendError, LimitSpec, Outcome
 from .breaker import breaker_for
+from .direct import evalsha
 
 # Errors that say the endpoint is unhealthy (and count towards its circuit breaker);
 # any other ResponseError is a problem with one call (a script or data error).
@@ -68,10 +69,10 @@ def parse_reply(reply: Sequence[Any], take: bool = False) -> Outcome:
 def run_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
     """EVALSHA, loading the script once on NOSCRIPT (restart, failover, SCRIPT FLUSH)."""
     try:
-        return client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
+        return evalsha(client, SCRIPT_SHA, keys, args)
     except NoScriptError:
         client.script_load(SCRIPT)
-        return client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
+        return evalsha(client, SCRIPT_SHA, keys, args)
 
 
 async def arun_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
