@@ -62,7 +62,7 @@ def main() -> None:
         from django_gcra import audit, metrics
         from django_gcra.models import AuditEvent, LimitOverride
         from django_gcra.overrides import cache, load_index
-        from django_gcra.signals import decision
+        from django_gcra.signals import observers
 
         LimitOverride.objects.bulk_create(
             [LimitOverride(policy="api", limit="user", match={"tenant": f"t{i}", "user": str(i)}, burst=5)
@@ -70,24 +70,21 @@ def main() -> None:
                                                     rate="999999/s")])
         loaded, empty = load_index(), {}
 
-        def state(index: dict, receivers: bool) -> None:
+        def state(index: dict, observe: bool) -> None:
             cache.index, cache.loaded_at, cache.next_check = index, time.monotonic(), time.monotonic() + 3600
-            for uid, func in (("gcra_audit", audit.on_decision), ("gcra_metrics", metrics.on_decision)):
-                decision.disconnect(dispatch_uid=uid)
-                if receivers:
-                    decision.connect(func, dispatch_uid=uid)
+            observers[:] = [audit.on_decision, metrics.on_decision] if observe else []
 
         who = {"tenant": "acme", "user": "7"}
         scenarios = [
-            ("bare (no receivers, no overrides)", empty, False, "api", who),
+            ("bare (no observers, no overrides)", empty, False, "api", who),
             ("1,001 overrides loaded (one matches)", loaded, False, "api", who),
-            ("overrides + audit and metrics receivers", loaded, True, "api", who),
-            ("overrides + receivers, every call a shadow would-deny", loaded, True, "trial", {"tenant": "acme"}),
+            ("overrides + audit and metrics observers", loaded, True, "api", who),
+            ("overrides + observers, every call a shadow would-deny", loaded, True, "trial", {"tenant": "acme"}),
         ]
         best = [float("inf")] * len(scenarios)
         for _ in range(rounds):  # interleaved, so load on the machine hits every scenario alike
-            for i, (_, index, receivers, policy, descriptors) in enumerate(scenarios):
-                state(index, receivers)
+            for i, (_, index, observe, policy, descriptors) in enumerate(scenarios):
+                state(index, observe)
                 best[i] = min(best[i], per_call(policy, descriptors, calls))
         audit.recorder.stop()
         counts = list(AuditEvent.objects.values_list("count", flat=True))

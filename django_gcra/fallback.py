@@ -108,7 +108,8 @@ def on_failure(p: Plan, exc: BackendError) -> Outcome | object | None:
 
 
 def status() -> dict[str, object]:
-    """This process's fallback counters and circuit breakers (``gcra_status``, health checks)."""
+    """This process's fallback counters and circuit breakers, for a health check or a
+    monitoring view inside the serving process (a management command is another process)."""
     from .backends.breaker import breakers
 
     return {"fallback": stats.snapshot(), "breakers": breakers()}

@@ -20,6 +20,9 @@ HEADER_PREFIX = "header:"
 ON_FAILURE = ("open", "closed", "local")
 MODES = ("enforce", "shadow")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+POLICY_KEYS = frozenset({"limits", "on_failure", "mode", "lease", "shard"})
+LIMIT_KEYS = frozenset({"name", "key", "rate", "burst", "fallback_rate", "mode"})
+LEASE_KEYS = frozenset({"size", "ttl", "low_water"})
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ def parse_policy(name: str, raw: Any, custom: Mapping[str, Any], problems: list[
     if not isinstance(raw, Mapping):
         problems.append(Problem("django_gcra.E001", f"{where} must be a dict."))
         return None
+    _unknown_keys(where, raw, POLICY_KEYS, problems)
     raw_limits = raw.get("limits")
     if not isinstance(raw_limits, (list, tuple)) or not raw_limits:
         problems.append(Problem("django_gcra.E005", f"{where} has no limits.",
@@ -121,6 +125,7 @@ def _parse_limit(where: str, raw: Any, custom: Mapping[str, Any], problems: list
         problems.append(Problem("django_gcra.E001", f"{where} must be a dict."))
         return None
     ok = True
+    _unknown_keys(where, raw, LIMIT_KEYS, problems)
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
         problems.append(Problem("django_gcra.E010", f"{where} has an invalid name {name!r}.",
@@ -174,6 +179,8 @@ def _parse_rates(where: str, raw: Any, problems: list[Problem]) -> dict[str | No
 def _parse_lease(where: str, raw: Any, problems: list[Problem]) -> Lease | None:
     if raw is None:
         return None
+    if isinstance(raw, Mapping):
+        _unknown_keys(f"{where}['lease']", raw, LEASE_KEYS, problems)
     size = raw.get("size") if isinstance(raw, Mapping) else None
     ttl = raw.get("ttl", 1.0) if isinstance(raw, Mapping) else None
     if (isinstance(size, bool) or not isinstance(size, int) or size < 2
@@ -240,3 +247,10 @@ def _choice(where: str, raw: Mapping[str, Any], name: str, allowed: tuple[str, .
         problems.append(Problem("django_gcra.E009", f"{where}[{name!r}] is {value!r}; use one of {', '.join(allowed)}."))
         return default
     return value
+
+
+def _unknown_keys(where: str, raw: Mapping[str, Any], known: frozenset[str], problems: list[Problem]) -> None:
+    # A misspelt key ("on_falure") would otherwise fall back to a default silently.
+    for key in sorted(set(raw) - known, key=str):
+        problems.append(Problem("django_gcra.E016", f"{where} has an unknown key {key!r}.",
+                                f"Known keys: {', '.join(sorted(known))}."))

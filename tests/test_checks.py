@@ -53,6 +53,9 @@ def test_good_configuration_is_clean(gcra_settings):
         ({"p": {"limits": [{"name": "a", "key": ["ip"], "rate": "5/m"},
                            {"name": "b", "key": ["user"], "rate": "5/m"}]}}, "django_gcra.W002"),
         ({"p": "not a dict"}, "django_gcra.E001"),
+        ({"p": {**limit(), "on_falure": "closed"}}, "django_gcra.E016"),
+        ({"p": limit(brust=5)}, "django_gcra.E016"),
+        ({"p": {**limit(), "lease": {"size": 2, "tll": 1}}}, "django_gcra.E016"),
     ],
 )
 def test_policy_problems(gcra_settings, policies, expected):

@@ -103,7 +103,7 @@ def breaker_for(endpoint: str) -> CircuitBreaker:
 
 
 def breakers() -> list[dict[str, object]]:
-    """A snapshot of every endpoint's breaker (for ``gcra_status`` and monitoring)."""
+    """A snapshot of this process's breakers, one per endpoint (see ``fallback.status()``)."""
     return [b.snapshot() for b in list(_breakers.values())]
 
 

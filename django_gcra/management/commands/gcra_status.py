@@ -30,7 +30,8 @@ class Command(BaseCommand):
             for limit in policy.limits:
                 rates = ", ".join(str(r) if t is None else f"{t}: {r}" for t, r in limit.rates.items())
                 burst = limit.burst if limit.burst is not None else "= rate count"
-                self.stdout.write(f"  - {limit.name} [{limit.mode}] key {'+'.join(limit.key)}: {rates}, burst {burst}")
+                mode = "shadow" if "shadow" in (policy.mode, limit.mode) else "enforce"  # as decide() applies it
+                self.stdout.write(f"  - {limit.name} [{mode}] key {'+'.join(limit.key)}: {rates}, burst {burst}")
         self._overrides()
         self.stdout.write(self.style.MIGRATE_HEADING("Audit"))
         self.stdout.write("  " + ", ".join(f"{k.lower()} {audit_setting(k)}" for k in AUDIT_DEFAULTS))
