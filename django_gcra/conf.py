@@ -110,10 +110,14 @@ def get_problems() -> tuple[Problem, ...]:
 def get_config() -> Config:
     """The parsed configuration; raises ``ImproperlyConfigured`` if any setting is in error."""
     config, problems = _load()
-    errors = [p for p in problems if p.is_error]
-    if errors:
-        raise ImproperlyConfigured(f"{errors[0].msg} ({errors[0].id}; run 'manage.py check' for all problems)")
+    if problems and _first_error(problems) is not None:
+        error = _first_error(problems)
+        raise ImproperlyConfigured(f"{error.msg} ({error.id}; run 'manage.py check' for all problems)")
     return config
+
+
+def _first_error(problems: tuple[Problem, ...]) -> Problem | None:
+    return next((p for p in problems if p.is_error), None)
 
 
 @receiver(setting_changed)

@@ -85,22 +85,28 @@ class Plan(NamedTuple):
 def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) -> Plan:
     """Resolve the policy's limits for these descriptors; raise on bad input."""
     pol = get_policy(policy)
-    if isinstance(cost, bool) or not isinstance(cost, int):
+    if type(cost) is not int:  # noqa: E721  (bool, a subclass of int, is refused too)
         raise TypeError(f"cost must be an int, not {type(cost).__name__}")
     if cost < 0:
         raise ValueError(f"cost must be >= 0, not {cost}")
     values: dict[str, str] = {}
+    escaped: dict[str, str] = {}
     for name in pol.descriptors:
-        if name not in descriptors:
-            raise KeyError(f"policy {pol.name!r} needs descriptor {name!r}; pass None to skip the limits that use it")
-        value = descriptors[name]
+        try:
+            value = descriptors[name]
+        except KeyError:
+            raise KeyError(f"policy {pol.name!r} needs descriptor {name!r}; pass None to skip the limits that "
+                           "use it") from None
         if value is not None:
-            if not isinstance(value, (str, int)) or isinstance(value, bool):
-                raise TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
-            values[name] = str(value)
+            if type(value) is not str:
+                if type(value) is not int:  # noqa: E721
+                    raise TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
+                value = str(value)
+            values[name] = value
+            escaped[name] = escape(value)
     prefix = get_config().prefix
     tier = descriptors.get("tier")
-    shard = escape(values[pol.shard]) if pol.shard in values else pol.name
+    shard = escaped[pol.shard] if pol.shard in escaped else pol.name
     planned, specs = [], []
     for limit in pol.limits:
         if any(d not in values for d in limit.key):
@@ -111,7 +117,7 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
         if effective is None:
             continue  # turned off by an override
         rate, burst, mode = effective
-        key = build_key(prefix, shard, pol.name, limit.name, [escape(values[d]) for d in limit.key])
+        key = build_key(prefix, shard, pol.name, limit.name, [escaped[d] for d in limit.key])
         planned.append(_Planned(limit, rate, burst, mode))
         specs.append(LimitSpec(key, rate.interval, burst, mode == "enforce"))
     return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values))
