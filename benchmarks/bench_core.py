@@ -47,7 +47,8 @@ def setup(url: str) -> None:
     settings.configure(
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_gcra"],
         DATABASES={}, CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
-        DJANGO_GCRA={"DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"}, "POLICIES": POLICIES},
+        DJANGO_GCRA={"DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"}, "POLICIES": POLICIES,
+                     "AUDIT": {"ENABLED": False}},  # no database here to audit into
     )
     django.setup()
 

@@ -85,7 +85,8 @@ def setup(direct: str, proxied: str, timeout_ms: float, breaker: dict) -> None:
               for name, url in (("default", direct), ("proxied", proxied))}
     settings.configure(INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_gcra"],
                        DATABASES={}, CACHES=caches,
-                       DJANGO_GCRA={"TIMEOUT": timeout_ms, "BREAKER": breaker, "POLICIES": {"p": POLICY}})
+                       DJANGO_GCRA={"TIMEOUT": timeout_ms, "BREAKER": breaker, "POLICIES": {"p": POLICY},
+                                    "AUDIT": {"ENABLED": False}})  # no database here to audit into
     django.setup()
 
 

@@ -13,7 +13,7 @@ def setup_django(redis_url: str, gcra: dict) -> None:
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_gcra"],
         DATABASES={},
         CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}},
-        DJANGO_GCRA=gcra,
+        DJANGO_GCRA={"AUDIT": {"ENABLED": False}, **gcra},  # no database in a worker to audit into
     )
     django.setup()
 

@@ -81,7 +81,8 @@ def setup_django(url: str, port: int) -> None:
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "rest_framework", "django_gcra"],
         DATABASES={},
         CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
-        DJANGO_GCRA={"DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"}, "POLICIES": policies()},
+        DJANGO_GCRA={"DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"}, "POLICIES": policies(),
+                     "AUDIT": {"ENABLED": False}},  # no database here to audit into
         RATELIMIT_USE_CACHE="default",  # django-ratelimit: the django-redis cache
         RATELIMIT_BACKEND="redis",  # django-smart-ratelimit: its own Redis backend, same server
         RATELIMIT_REDIS={"host": "127.0.0.1", "port": port, "db": 0},

@@ -74,24 +74,25 @@ class Commands:
 
 def commands(client, contender: Contender, workload: Workload, n: int) -> Commands:
     """Commands per decision: what the client sends (a wrapper on redis-py's
-    ``execute_command``) and what Redis runs (``INFO commandstats`` deltas)."""
-    from redis import Redis
+    ``Connection.send_command``, which every command a redis-py connection writes goes
+    through) and what Redis runs (``INFO commandstats`` deltas)."""
+    from redis.connection import AbstractConnection
 
     contender.decide(*workload(0))
     sent: list[str] = []
-    original = Redis.execute_command
+    original = AbstractConnection.send_command
 
     def counting(self, *args, **kwargs):
         sent.append(str(args[0]).lower())
         return original(self, *args, **kwargs)
 
     before = _commandstats(client)
-    Redis.execute_command = counting
+    AbstractConnection.send_command = counting
     try:
         for i in range(n):
             contender.decide(*workload(i))
     finally:
-        Redis.execute_command = original
+        AbstractConnection.send_command = original
     after = _commandstats(client)
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     delta = {k: v for k, v in delta.items() if v and k != "info"}
