@@ -6,15 +6,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import NamedTuple
 
 from .rates import Rate
 
 __all__ = ["Decision", "LimitState"]
 
 
-@dataclass(frozen=True)
-class LimitState:
-    """One limit as evaluated for one request."""
+class LimitState(NamedTuple):
+    """One limit as evaluated for one request (immutable; a tuple, so cheap to build)."""
 
     name: str
     rate: Rate

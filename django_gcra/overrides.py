@@ -194,7 +194,10 @@ def apply_override(policy: Policy, limit: Limit, values: Mapping[str, str], rate
                    mode: str) -> tuple[Rate, int, str] | None:
     """The (rate, burst, mode) in force for this limit and these descriptor values;
     None when an override turns the limit off."""
-    found = find(cache.get(), policy.name, limit.name, values, time.time())
+    index = cache.get()
+    if not index:
+        return rate, burst, mode  # no override anywhere: the common case
+    found = find(index, policy.name, limit.name, values, time.time())
     if found is None:
         return rate, burst, mode
     if found.mode == "off":
