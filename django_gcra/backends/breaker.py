@@ -50,6 +50,8 @@ class CircuitBreaker:
 
     def before_call(self) -> None:
         """Raise ``CircuitOpen`` unless this call may go to the network."""
+        if self.state == CLOSED:
+            return  # the healthy case, without the lock (reading one attribute is atomic)
         with self._lock:
             if self.state == CLOSED:
                 return
@@ -60,6 +62,8 @@ class CircuitBreaker:
         raise CircuitOpen(f"circuit open for {self.endpoint} (last error: {self.last_error})")
 
     def success(self) -> None:
+        if self.state == CLOSED and not self.consecutive:
+            return  # nothing to reset
         with self._lock:
             self.state, self.consecutive = CLOSED, 0
 
