@@ -192,7 +192,11 @@ async def slow_redis(redis_port: int) -> None:
 
     proxy, port = await delaying_proxy(redis_port, DELAY)
     caches = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0"}}
-    with override_settings(CACHES=caches, MIDDLEWARE=[]):
+    from django.conf import settings
+
+    # A TIMEOUT above the delay: the limiter must wait for the slow Redis, not fail open.
+    gcra = {**settings.DJANGO_GCRA, "TIMEOUT": 1000}
+    with override_settings(CACHES=caches, MIDDLEWARE=[], DJANGO_GCRA=gcra):
         client = AsyncClient()
 
         async def burst() -> float:
@@ -200,6 +204,8 @@ async def slow_redis(redis_port: int) -> None:
             responses = await asyncio.wait_for(
                 asyncio.gather(*(client.get("/adecorated/") for _ in range(CONCURRENCY))), 30)
             assert all(r.status_code == 200 for r in responses)
+            # quota headers: every decision came from Redis (a fail-open fallback has none)
+            assert all("X-RateLimit-Remaining" in r.headers for r in responses)
             return time.perf_counter() - start
 
         await burst()  # opens the pool's connections (their handshakes are slow too) and loads the script
