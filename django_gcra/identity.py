@@ -135,10 +135,9 @@ async def adescriptors_for(request: Any, names: Iterable[str]) -> dict[str, Any]
     for name in names:
         if name == "user":
             if hasattr(request, "auser"):
-                user = await request.auser()
-            else:
-                user = await sync_to_async(getattr)(request, "user", None)
-            values[name] = _user_pk(user)
+                values[name] = _user_pk(await request.auser())
+            else:  # Django < 5.0: request.user is lazy, so evaluate it in a thread
+                values[name] = await sync_to_async(lambda: _user_pk(getattr(request, "user", None)))()
         elif name in setting("DESCRIPTORS") and iscoroutinefunction(resolve_custom(setting("DESCRIPTORS")[name])):
             values[name] = await resolve_custom(setting("DESCRIPTORS")[name])(request)
         else:
