@@ -33,6 +33,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.slow_proxy import start_proxy
 from tests.servers import free_port, start_redis
 
 POLICY = {"limits": [{"name": "ip", "key": ["ip"], "rate": "1000000/s", "burst": 1000}], "on_failure": "open"}
@@ -49,28 +50,8 @@ def proxy_main(listen: int, target: int, delay_file: str) -> None:
         except (OSError, ValueError):
             return 0.0
 
-    async def pump(reader, writer, slow: bool) -> None:
-        try:
-            while data := await reader.read(65536):
-                if slow and (d := delay()):
-                    await asyncio.sleep(d)
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            writer.close()
-
-    async def handle(client_r, client_w) -> None:
-        try:
-            server_r, server_w = await asyncio.open_connection("127.0.0.1", target)
-        except OSError:
-            client_w.close()
-            return
-        await asyncio.gather(pump(client_r, server_w, True), pump(server_r, client_w, False))
-
     async def main() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", listen)
+        server = await start_proxy(listen, target, delay, upstream=True)
         async with server:
             await server.serve_forever()
 

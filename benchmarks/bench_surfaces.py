@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import django  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from benchmarks.slow_proxy import start_proxy  # noqa: E402
 from tests.servers import free_port, start_redis  # noqa: E402
 
 DELAY = 0.050  # seconds the proxy holds each Redis reply
@@ -163,28 +164,8 @@ def breakdown(n: int) -> dict[str, float]:
 
 async def delaying_proxy(target_port: int, delay: float) -> tuple[asyncio.AbstractServer, int]:
     """A TCP proxy on 127.0.0.1 that holds every server-to-client chunk for ``delay`` s."""
-
-    async def pipe(reader, writer, hold: float) -> None:
-        try:
-            while data := await reader.read(65536):
-                if hold:
-                    await asyncio.sleep(hold)
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-    async def handle(client_reader, client_writer) -> None:
-        try:
-            server_reader, server_writer = await asyncio.open_connection("127.0.0.1", target_port)
-            await asyncio.gather(pipe(client_reader, server_writer, 0), pipe(server_reader, client_writer, delay))
-        except asyncio.CancelledError:
-            pass  # the benchmark is over
-
     port = free_port()
-    return await asyncio.start_server(handle, "127.0.0.1", port), port
+    return await start_proxy(port, target_port, lambda: delay, upstream=False), port
 
 
 async def slow_redis(redis_port: int) -> None:

@@ -65,6 +65,18 @@ def _redis() -> Any:
     return django_redis_client(get_config().cache_alias)
 
 
+def _read_stamp() -> bytes | None:
+    """The version stamp, read on the request path: through the limiter's own client (its
+    tight timeouts), and not at all while the endpoint's circuit breaker is open."""
+    from .backends.breaker import CLOSED, breaker_for
+    from .backends.clients import endpoint_name, limiter_client
+
+    alias = get_config().cache_alias
+    if breaker_for(endpoint_name(alias)).state != CLOSED:
+        raise ConnectionError("circuit open")
+    return limiter_client(alias).get(version_key())
+
+
 def _seconds(name: str) -> float:
     """A timing setting; a bad value (system check E031) falls back to the default."""
     value = setting(name)
@@ -106,7 +118,8 @@ class OverrideCache:
             return self.index
         in_loop = _in_event_loop()
         # One thread refreshes while the others serve the current index; only a process's
-        # very first load makes concurrent sync callers wait for it.
+        # very first load makes concurrent sync callers wait for it. The refresh reads the
+        # stamp within the limiter's TIMEOUT (see _read_stamp), once per OVERRIDE_REFRESH.
         first = self.loaded_at is None and not self.failing and not in_loop
         if not self.lock.acquire(blocking=first):
             return self.index
@@ -128,7 +141,7 @@ class OverrideCache:
 
     def refresh(self) -> None:
         try:
-            version = _redis().get(version_key())
+            version = _read_stamp()
             stamp_ok = True
         except Exception as exc:  # Redis down: rely on the TTL
             logger.debug("django_gcra: override version unreadable: %s", exc)

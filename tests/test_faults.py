@@ -160,3 +160,24 @@ def test_timeouts_are_the_limiters_not_the_caches(server: RedisServer, settings)
     assert cache_kwargs["socket_timeout"] == 5
     assert limiter_kwargs["socket_timeout"] == limiter_kwargs["socket_connect_timeout"] == TIMEOUT_MS / 1000
     assert limiter_kwargs["retry"].get_retries() == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("failures", [3, 10_000])  # with the breaker opening, and with it never opening
+def test_paused_redis_never_stalls_the_override_refresh(server: RedisServer, settings, gcra_settings, failures):
+    # The cache's own timeout is 5 s: the override stamp must be read within the limiter's.
+    settings.CACHES = {"default": {**settings.CACHES["default"], "OPTIONS": {"SOCKET_TIMEOUT": 5}}}
+    gcra_settings(TIMEOUT=TIMEOUT_MS, BREAKER={"failures": failures, "cooldown": COOLDOWN}, OVERRIDE_REFRESH=0.05,
+                  POLICIES={"open": policy("open")})
+    assert not decide("open", {"ip": "s"}).fallback  # overrides loaded, stamp read once
+    server.pause()
+    try:
+        waits = []
+        for _ in range(8):  # each a refresh interval apart, so every decision is due to re-read the stamp
+            time.sleep(0.06)
+            start = time.perf_counter()
+            assert decide("open", {"ip": "s"}).fallback
+            waits.append(time.perf_counter() - start)
+    finally:
+        server.resume()
+    assert max(waits) <= MAX_WAIT
