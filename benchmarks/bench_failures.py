@@ -2,7 +2,7 @@
 healthy, slow, paused, down and recovering: measured in one run, with the circuit breaker
 on (the defaults) and off, on a loopback redis-server this script starts.
 
-    /work/main/.venv/bin/python benchmarks/bench_failures.py [--seconds 2] [--timeout-ms 10]
+    .venv/bin/python benchmarks/bench_failures.py [--seconds 2] [--timeout-ms 10]
 
 Phases, in order, each ``--seconds`` long (one thread calling ``decide()`` in a loop,
 capped at 20,000 decisions, paced every 0.5 ms so a fast breaker does not just spin):

@@ -1,7 +1,7 @@
 """Leases on a hot key: store commands per decision and decisions per second, leased
 against unleased, measured in the same run on a loopback redis-server this script starts.
 
-    /work/main/.venv/bin/python benchmarks/bench_leases.py [--seconds 1.5] [--max-decisions 50000]
+    .venv/bin/python benchmarks/bench_leases.py [--seconds 1.5] [--max-decisions 50000]
 
 Store commands are the EVALSHA calls counted by the server (INFO commandstats deltas);
 that count is server-side, so it includes any NOSCRIPT retry (the script is loaded

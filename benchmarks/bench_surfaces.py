@@ -1,6 +1,6 @@
 """Per-request overhead of each surface, and async concurrency against a slow Redis.
 
-    /work/main/.venv/bin/python benchmarks/bench_surfaces.py [--requests N]
+    .venv/bin/python benchmarks/bench_surfaces.py [--requests N]
 
 Starts its own redis-server on loopback (tests/servers.py). Part 1 sends the same
 requests through Django's test Client to a view unlimited and limited by each surface
