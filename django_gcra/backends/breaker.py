@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .base import BackendError
+from .settings import breaker_params
 
 __all__ = ["CircuitBreaker", "CircuitOpen", "breaker_for", "breakers", "reset_breakers"]
 
@@ -95,8 +96,6 @@ _registry_lock = threading.Lock()
 
 def breaker_for(endpoint: str) -> CircuitBreaker:
     """The process's breaker for ``endpoint``, configured by the ``BREAKER`` setting (read live)."""
-    from .settings import breaker_params
-
     failures, cooldown = breaker_params()
     breaker = _breakers.get(endpoint)
     if breaker is None:

@@ -165,10 +165,10 @@ def endpoint_for(alias: str, key: str) -> str:
     """The circuit-breaker endpoint of a decision on ``key``: the alias's configured
     server, or on Redis Cluster the primary that serves the key's slot (one dead shard
     does not open the circuit for the others)."""
-    from .cluster import node_of
-
     client = _sync.get(_key(alias))
     if isinstance(client, redis.cluster.RedisCluster):
+        from .cluster import node_of
+
         node = node_of(client, key)
         if node is not None:
             return node
