@@ -15,7 +15,7 @@ PAGES = [
     ("/surfaces/async/", "the same on an async view (native asyncio Redis client)"),
     ("/surfaces/cbv/", "a class-based view through method_decorator, login policy on POST only"),
     ("/surfaces/soft/", "block=False: the view sees request.ratelimit and decides"),
-    ("/surfaces/mw/", "RateLimitMiddleware: ROUTES maps ^/surfaces/mw/ to the 'hello' policy"),
+    ("/surfaces/mw/", "RateLimitMiddleware: ROUTES maps ^/surfaces/mw/ to the 'routed' policy"),
     ("/surfaces/drf/anon/", "DRF GCRAAnonRateThrottle: DEFAULT_THROTTLE_RATES['anon'] = '10/5m'"),
     ("/surfaces/drf/policy/", "DRF PolicyThrottle with ratelimit_policy = 'api' (X-Tenant header picks the tenant)"),
 ]

@@ -72,5 +72,6 @@ DJANGO_GCRA = {
 
 # Surfaces demo (issue 3): the middleware applies ROUTES; DRF's rates feed the GCRA throttles.
 MIDDLEWARE += ["django_gcra.middleware.RateLimitMiddleware"]
-DJANGO_GCRA["ROUTES"] = [{"path": r"^/surfaces/mw/", "policy": "hello"}]
+DJANGO_GCRA["POLICIES"]["routed"] = {"limits": [{"name": "ip", "key": ["ip"], "rate": "5/m", "burst": 3}]}
+DJANGO_GCRA["ROUTES"] = [{"path": r"^/surfaces/mw/", "policy": "routed"}]
 REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"anon": "10/5m"}}

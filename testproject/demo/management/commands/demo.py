@@ -12,7 +12,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, requests, **options):
         client = Client()
-        for url in ["/hello/"]:
+        # decide() in a view, @ratelimit, the middleware's ROUTES, a DRF throttle, shadow mode
+        for url in ["/hello/", "/surfaces/decorator/", "/surfaces/mw/", "/surfaces/drf/anon/", "/preview/"]:
             self.stdout.write(self.style.MIGRATE_HEADING(f"GET {url} x{requests}"))
             for n in range(1, requests + 1):
                 response = client.get(url)
