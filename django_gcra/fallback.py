@@ -5,10 +5,10 @@
   backend at each limit's ``fallback_rate``, by default its rate divided by
   ``FALLBACK_PROCESSES`` (the number of processes that share the limit).
 
-Every fallback decision is counted in ``stats`` (per process, read by ``gcra_status``
-and monitoring) and logged, at most once per ``FALLBACK_LOG_INTERVAL`` seconds per
-policy, with the number of decisions since the previous line; metrics and the audit
-trail see ``Decision.fallback`` through the ``decision`` signal.
+Every fallback decision is counted in ``stats`` (per process: see ``status()``) and
+logged, at most once per ``FALLBACK_LOG_INTERVAL`` seconds per policy, with the number
+of decisions since the previous line; metrics and the audit trail see
+``Decision.fallback`` as observers of every decision.
 """
 
 from __future__ import annotations
