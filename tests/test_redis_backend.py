@@ -73,7 +73,7 @@ def test_cost_above_burst_is_denied_as_impossible(real_redis):
 def test_composite_deny_by_user_leaves_tenant_key_byte_identical(real_redis):
     for _ in range(3):
         assert decide("api", {"tenant": "acme", "user": "7"}).allowed
-    tenant_key = f"rl:{{acme}}:api:tenant:acme"
+    tenant_key = "rl:{acme}:api:tenant:acme"
     before = real_redis.get(tenant_key)
     denied = decide("api", {"tenant": "acme", "user": "7"})
     assert not denied.allowed and denied.limit == "user"

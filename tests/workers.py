@@ -25,6 +25,12 @@ def hammer(redis_url: str, gcra: dict, policy: str, descriptors: dict, start_at:
     from django_gcra import decide
 
     decide(policy, descriptors, cost=0)  # connect and load the script before the clock starts
+    return timed_loop(lambda: decide(policy, descriptors).allowed, start_at, duration, max_calls)
+
+
+def timed_loop(admit, start_at: float, duration: float, max_calls: int) -> tuple[int, int, float, float]:
+    """Wait for ``start_at``, then call ``admit()`` for ``duration`` seconds (at most
+    ``max_calls`` times); return (admitted, calls, first, last) with wall-clock times."""
     while time.time() < start_at:
         time.sleep(0.001)
     admitted = calls = 0
@@ -32,5 +38,5 @@ def hammer(redis_url: str, gcra: dict, policy: str, descriptors: dict, start_at:
     deadline = first + duration
     while calls < max_calls and time.time() < deadline:
         calls += 1
-        admitted += decide(policy, descriptors).allowed
+        admitted += bool(admit())
     return admitted, calls, first, time.time()

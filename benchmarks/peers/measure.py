@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tests.workers import timed_loop
+
 from .contenders import STRICT, Contender, build, promise, setup_django
 
 Workload = Callable[[int], tuple[str, str]]  # decision index -> (tenant, user)
@@ -142,15 +144,7 @@ def hammer(key: str, hot: str, start_at: float, duration: float, max_calls: int 
         _built[key] = build(key, _url, "strict")
         _built[key].decide("warm", "warm")  # connect and load scripts before the clock starts
     decide = _built[key].decide
-    while time.time() < start_at:
-        time.sleep(0.001)
-    admitted = calls = 0
-    first = time.time()
-    deadline = first + duration
-    while calls < max_calls and time.time() < deadline:
-        calls += 1
-        admitted += decide("ot", hot)
-    return admitted, calls, first, time.time()
+    return timed_loop(lambda: decide("ot", hot), start_at, duration, max_calls)
 
 
 @dataclass(frozen=True)
