@@ -46,10 +46,10 @@ def test_decision_fields():
 
 async def test_adecide_on_fakeredis_offloads_to_a_thread():
     from django_gcra import adecide
-    from django_gcra.backends.redis import django_redis_async_client
+    from django_gcra.backends.clients import limiter_async_client
 
     assert (await adecide("login", {"ip": "fake"})).remaining == 1
-    assert django_redis_async_client("default") is None  # fakeredis has no asyncio twin here
+    assert limiter_async_client("default") is None  # fakeredis has no asyncio twin here
 
 
 def test_unknown_policy_is_a_clear_error():

@@ -1,16 +1,13 @@
-"""The Redis backend: the composite GCRA script, run by EVALSHA on a django-redis connection."""
+"""The Redis backend: the composite GCRA script, run by EVALSHA on the limiter's own clients
+(``clients.py``: the servers of a django-redis cache alias, with tight timeouts)."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import weakref
 from collections.abc import Callable, Sequence
 from importlib.resources import files
 from typing import Any
 
-import redis
-import redis.asyncio
 from redis.exceptions import (
     ClusterDownError,
     MasterDownError,
@@ -85,33 +82,11 @@ async def arun_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> 
 
 
 def django_redis_client(alias: str) -> Any:
+    """The cache's own client (its general timeouts): for commands off the decision path.
+    Decisions use ``clients.limiter_client``."""
     from django_redis import get_redis_connection
 
     return get_redis_connection(alias)
-
-
-# Connection settings carried over from the sync pool to a native asyncio client.
-_ASYNC_KWARGS = ("host", "port", "path", "db", "username", "password", "socket_timeout",
-                 "socket_connect_timeout", "client_name", "credential_provider")
-_ASYNC_CONNECTIONS = {redis.Connection: redis.asyncio.Connection,
-                      redis.UnixDomainSocketConnection: redis.asyncio.UnixDomainSocketConnection}
-_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = weakref.WeakKeyDictionary()
-
-
-def django_redis_async_client(alias: str) -> Any | None:
-    """A native asyncio client on the same server as the alias's sync pool, one per event
-    loop; None when the pool's connection class has no asyncio twin (fakeredis, SSL...)."""
-    per_loop = _async_clients.setdefault(asyncio.get_running_loop(), {})
-    if alias not in per_loop:
-        pool = django_redis_client(alias).connection_pool
-        connection_class = _ASYNC_CONNECTIONS.get(pool.connection_class)
-        if connection_class is None:
-            per_loop[alias] = None
-        else:
-            kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
-            per_loop[alias] = redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(
-                connection_class=connection_class, max_connections=pool.max_connections, **kwargs))
-    return per_loop[alias]
 
 
 class RedisBackend(Backend):
