@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -24,9 +23,11 @@ class LimitState(NamedTuple):
     mode: str = "enforce"  # enforce | shadow
 
 
-@dataclass(frozen=True)
-class Decision:
-    """The answer of ``decide()``.
+_NO_DESCRIPTORS: Mapping[str, str] = MappingProxyType({})
+
+
+class Decision(NamedTuple):
+    """The answer of ``decide()`` (immutable; a named tuple, so cheap to build on the hot path).
 
     ``allowed`` is what is enforced. ``shadow`` is True when the limits would have
     denied but shadow mode let the request through; ``would_retry_after`` then holds
@@ -46,7 +47,7 @@ class Decision:
     reset_after: float = 0.0  # seconds until the binding limit is fully rested
     would_retry_after: float = 0.0
     limits: tuple[LimitState, ...] = ()
-    descriptors: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    descriptors: Mapping[str, str] = _NO_DESCRIPTORS
 
     @property
     def impossible(self) -> bool:

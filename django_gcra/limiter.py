@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from django.core.signals import setting_changed
 
+from . import overrides
 from .algorithm import ALLOWED
 from .backends import Backend, BackendError, LimitSpec, Outcome
 from .backends.clients import endpoint_for, limiter_async_client, limiter_client
@@ -60,6 +61,7 @@ def backend_for(policy: Policy) -> Backend:
 def _forget_backends(*, setting: str, **kwargs: Any) -> None:
     if setting in ("DJANGO_GCRA", "CACHES"):
         _backend_for.cache_clear()
+        _plans.clear()
 
 
 setting_changed.connect(_forget_backends)
@@ -82,6 +84,13 @@ class Plan(NamedTuple):
     descriptors: Mapping[str, str]
 
 
+# Plans of policies without overrides, by (policy name, cost, tier, descriptor values):
+# a hot key's plan is built once. Cleared when full; a hit must be of the same Policy
+# object, so a reloaded configuration never meets a stale plan.
+PLAN_MEMO_SIZE = 4096
+_plans: dict[tuple[Any, ...], Plan] = {}
+
+
 def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) -> Plan:
     """Resolve the policy's limits for these descriptors; raise on bad input."""
     pol = get_policy(policy)
@@ -90,7 +99,8 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
     if cost < 0:
         raise ValueError(f"cost must be >= 0, not {cost}")
     values: dict[str, str] = {}
-    escaped: dict[str, str] = {}
+    tier = descriptors.get("tier")
+    memo_key: list[Any] = [pol.name, cost, None if tier is None else str(tier)]
     for name in pol.descriptors:
         try:
             value = descriptors[name]
@@ -103,9 +113,22 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
                     raise TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
                 value = str(value)
             values[name] = value
-            escaped[name] = escape(value)
+        memo_key.append(value)
+    index = overrides.cache.get()
+    if pol.name in index:  # overrides match on values and expire: resolve every time
+        return _resolve(pol, cost, values, memo_key[2], index)
+    key = tuple(memo_key)
+    found = _plans.get(key)
+    if found is None or found.policy is not pol:
+        if len(_plans) >= PLAN_MEMO_SIZE:
+            _plans.clear()
+        found = _plans[key] = _resolve(pol, cost, values, memo_key[2], index)
+    return found
+
+
+def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, index: overrides.Index) -> Plan:
+    escaped = {name: escape(value) for name, value in values.items()}
     prefix = get_config().prefix
-    tier = descriptors.get("tier")
     shard = escaped[pol.shard] if pol.shard in escaped else pol.name
     planned, specs = [], []
     for limit in pol.limits:
@@ -113,7 +136,7 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
             continue  # a descriptor missing for this request skips the limit (documented)
         rate = _rate(limit, tier)
         mode = "shadow" if pol.mode == "shadow" or limit.mode == "shadow" else "enforce"
-        effective = apply_override(pol, limit, values, rate, limit.burst_for(rate), mode)
+        effective = apply_override(index, pol, limit, values, rate, limit.burst_for(rate), mode)
         if effective is None:
             continue  # turned off by an override
         rate, burst, mode = effective
@@ -123,8 +146,8 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
     return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values))
 
 
-def _rate(limit: Limit, tier: Any) -> Rate:
-    rate = limit.rate_for(None if tier is None else str(tier))
+def _rate(limit: Limit, tier: str | None) -> Rate:
+    rate = limit.rate_for(tier)
     if rate is None:  # an unknown or missing tier: the default tier
         default = setting("DEFAULT_TIER")
         rate = limit.rates[default] if default is not None else next(iter(limit.rates.values()))

@@ -49,10 +49,11 @@ class Compiled:
         return self.expires is None or self.expires > now
 
 
-# (policy, limit) -> [(matched descriptor names, {their values: [Compiled, latest first]})],
+# policy -> limit -> [(matched descriptor names, {their values: [Compiled, latest first]})],
 # the most specific shape (most names) first: a lookup probes one dict per shape in use.
+# A policy absent from the index has no override at all (the limiter then memoizes its plans).
 Shape = tuple[tuple[str, ...], dict[tuple[str, ...], list[Compiled]]]
-Index = dict[tuple[str, str], list[Shape]]
+Index = dict[str, dict[str, list[Shape]]]
 
 
 def version_key() -> str:
@@ -183,13 +184,16 @@ def load_index() -> Index:
         expires = row.expires_at.timestamp() if row.expires_at else None
         compiled = Compiled(row.pk, rate, row.burst, row.mode, expires)
         shapes.setdefault((row.policy, row.limit), {}).setdefault(names, {}).setdefault(values, []).append(compiled)
-    return {limit: sorted(by_names.items(), key=lambda shape: -len(shape[0])) for limit, by_names in shapes.items()}
+    index: Index = {}
+    for (policy, limit), by_names in shapes.items():
+        index.setdefault(policy, {})[limit] = sorted(by_names.items(), key=lambda shape: -len(shape[0]))
+    return index
 
 
 def find(index: Index, policy: str, limit: str, values: Mapping[str, str], now: float) -> Compiled | None:
     """The most specific live override for these values (most matched descriptors,
     then the most recently updated)."""
-    for names, table in index.get((policy, limit), ()):
+    for names, table in index.get(policy, {}).get(limit, ()):
         try:
             candidates = table.get(tuple(values[n] for n in names), ())
         except KeyError:  # the request lacks a descriptor this shape matches on
@@ -203,13 +207,12 @@ def find(index: Index, policy: str, limit: str, values: Mapping[str, str], now: 
 cache = OverrideCache()
 
 
-def apply_override(policy: Policy, limit: Limit, values: Mapping[str, str], rate: Rate, burst: int,
+def apply_override(index: Index, policy: Policy, limit: Limit, values: Mapping[str, str], rate: Rate, burst: int,
                    mode: str) -> tuple[Rate, int, str] | None:
-    """The (rate, burst, mode) in force for this limit and these descriptor values;
-    None when an override turns the limit off."""
-    index = cache.get()
-    if not index:
-        return rate, burst, mode  # no override anywhere: the common case
+    """The (rate, burst, mode) in force for this limit and these descriptor values, given
+    the overrides ``index`` (``cache.get()``); None when an override turns the limit off."""
+    if policy.name not in index:
+        return rate, burst, mode  # no override for this policy: the common case
     found = find(index, policy.name, limit.name, values, time.time())
     if found is None:
         return rate, burst, mode

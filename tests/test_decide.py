@@ -73,6 +73,19 @@ def test_bad_descriptor_value_type():
         decide("login", {"ip": ["1"]})
 
 
+def test_a_plan_is_memoized_per_input_and_never_across_types_or_configurations(gcra_settings):
+    from django_gcra.limiter import plan
+
+    first = plan("login", {"ip": 7})
+    assert plan("login", {"ip": "7"}) is first and plan("login", {"ip": 7}, cost=2) is not first
+    assert plan("login", {"ip": 7}, cost=2).cost == 2
+    with pytest.raises(TypeError, match="descriptor 'ip'"):
+        decide("login", {"ip": True})  # True == 1 as a dict key: the memo must not answer for it
+    gcra_settings(POLICIES={"login": {"limits": [{"name": "ip", "key": ["ip"], "rate": "9/m"}]}})
+    reloaded = plan("login", {"ip": 7})
+    assert reloaded is not first and reloaded.limits[0].rate.count == 9
+
+
 def test_none_descriptor_skips_its_limits():
     decisions = [decide("api", {"tenant": "acme", "user": None}) for _ in range(6)]
     assert [d.allowed for d in decisions] == [True] * 5 + [False]

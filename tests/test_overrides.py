@@ -134,6 +134,15 @@ def test_deleting_restores_the_default(save, django_capture_on_commit_callbacks)
     assert burst() == 2
 
 
+def test_an_override_reaches_a_key_decided_before_it(save, django_capture_on_commit_callbacks):
+    assert burst() == 2  # this key's plan is now memoized
+    override = save(policy="api", limit="tenant", match={"tenant": "acme"}, burst=5)
+    assert burst() == 5
+    with django_capture_on_commit_callbacks(execute=True):
+        override.delete()
+    assert burst() == 2
+
+
 def test_overrides_of_unknown_limits_or_bad_rates_are_ignored(save):
     save(policy="api", limit="nope", match={}, burst=9)
     save(policy="api", limit="tenant", match={}, rate="fast")
