@@ -130,19 +130,24 @@ def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, i
     escaped = {name: escape(value) for name, value in values.items()}
     prefix = get_config().prefix
     shard = escaped[pol.shard] if pol.shard in escaped else pol.name
+    overridden = pol.name in index
     planned, specs = [], []
     for limit in pol.limits:
-        if any(d not in values for d in limit.key):
+        try:
+            parts = [escaped[d] for d in limit.key]
+        except KeyError:
             continue  # a descriptor missing for this request skips the limit (documented)
         rate = _rate(limit, tier)
+        burst = limit.burst_for(rate)
         mode = "shadow" if pol.mode == "shadow" or limit.mode == "shadow" else "enforce"
-        effective = apply_override(index, pol, limit, values, rate, limit.burst_for(rate), mode)
-        if effective is None:
-            continue  # turned off by an override
-        rate, burst, mode = effective
-        key = build_key(prefix, shard, pol.name, limit.name, [escaped[d] for d in limit.key])
+        if overridden:
+            effective = apply_override(index, pol, limit, values, rate, burst, mode)
+            if effective is None:
+                continue  # turned off by an override
+            rate, burst, mode = effective
         planned.append(_Planned(limit, rate, burst, mode))
-        specs.append(LimitSpec(key, rate.interval, burst, mode == "enforce"))
+        specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), rate.interval, burst,
+                               mode == "enforce"))
     return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values))
 
 

@@ -211,8 +211,6 @@ def apply_override(index: Index, policy: Policy, limit: Limit, values: Mapping[s
                    mode: str) -> tuple[Rate, int, str] | None:
     """The (rate, burst, mode) in force for this limit and these descriptor values, given
     the overrides ``index`` (``cache.get()``); None when an override turns the limit off."""
-    if policy.name not in index:
-        return rate, burst, mode  # no override for this policy: the common case
     found = find(index, policy.name, limit.name, values, time.time())
     if found is None:
         return rate, burst, mode
