@@ -15,6 +15,7 @@ import statistics
 import time
 
 from tests.servers import start_redis
+from tests.workers import setup_django
 
 BARE_SCRIPT = """
 local T    = tonumber(ARGV[1])
@@ -41,16 +42,7 @@ POLICIES = {
 
 
 def setup(url: str) -> None:
-    import django
-    from django.conf import settings
-
-    settings.configure(
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_gcra"],
-        DATABASES={}, CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
-        DJANGO_GCRA={"DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"}, "POLICIES": POLICIES,
-                     "AUDIT": {"ENABLED": False}},  # no database here to audit into
-    )
-    django.setup()
+    setup_django(url, {"DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"}, "POLICIES": POLICIES})
 
 
 def rate(func, ops: int) -> float:

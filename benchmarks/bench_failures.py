@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.slow_proxy import start_proxy
 from tests.servers import free_port, start_redis
+from tests.workers import setup_django
 
 POLICY = {"limits": [{"name": "ip", "key": ["ip"], "rate": "1000000/s", "burst": 1000}], "on_failure": "open"}
 PACE = 0.0005  # seconds between decisions
@@ -59,16 +60,9 @@ def proxy_main(listen: int, target: int, delay_file: str) -> None:
 
 
 def setup(direct: str, proxied: str, timeout_ms: float, breaker: dict) -> None:
-    import django
-    from django.conf import settings
-
     caches = {name: {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}
               for name, url in (("default", direct), ("proxied", proxied))}
-    settings.configure(INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_gcra"],
-                       DATABASES={}, CACHES=caches,
-                       DJANGO_GCRA={"TIMEOUT": timeout_ms, "BREAKER": breaker, "POLICIES": {"p": POLICY},
-                                    "AUDIT": {"ENABLED": False}})  # no database here to audit into
-    django.setup()
+    setup_django(direct, {"TIMEOUT": timeout_ms, "BREAKER": breaker, "POLICIES": {"p": POLICY}}, caches=caches)
 
 
 def phase(seconds: float) -> tuple[list[float], int, float | None]:

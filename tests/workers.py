@@ -5,17 +5,29 @@ from __future__ import annotations
 import time
 
 
-def setup_django(redis_url: str, gcra: dict) -> None:
+def setup_django(redis_url: str, gcra: dict, *, apps: tuple[str, ...] = (), caches: dict | None = None,
+                 **extra: object) -> None:
+    """Configure Django in a benchmark or worker process: the redis-server at ``redis_url``
+    as the default cache, ``gcra`` as DJANGO_GCRA, and an in-memory database holding an
+    empty overrides table, so decisions take the path of a deployment without overrides."""
     import django
     from django.conf import settings
 
     settings.configure(
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_gcra"],
-        DATABASES={},
-        CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}},
-        DJANGO_GCRA={"AUDIT": {"ENABLED": False}, **gcra},  # no database in a worker to audit into
+        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", *apps, "django_gcra"],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        CACHES=caches or {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}},
+        # The audit writer thread would not see this connection's in-memory database.
+        DJANGO_GCRA={"AUDIT": {"ENABLED": False}, **gcra},
+        **extra,
     )
     django.setup()
+    from django.db import connection
+
+    from django_gcra.models import LimitOverride
+
+    with connection.schema_editor() as editor:
+        editor.create_model(LimitOverride)
 
 
 def hammer(redis_url: str, gcra: dict, policy: str, descriptors: dict, start_at: float, duration: float,

@@ -74,26 +74,13 @@ def policies() -> dict:
 
 
 def setup_django(url: str, port: int) -> None:
-    import django
-    from django.conf import settings
+    from tests.workers import setup_django
 
-    settings.configure(
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "rest_framework", "django_gcra"],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-        CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
-        DJANGO_GCRA={"DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"}, "POLICIES": policies(),
-                     "AUDIT": {"ENABLED": False}},  # its writer thread would not see this in-memory database
-        RATELIMIT_USE_CACHE="default",  # django-ratelimit: the django-redis cache
-        RATELIMIT_BACKEND="redis",  # django-smart-ratelimit: its own Redis backend, same server
-        RATELIMIT_REDIS={"host": "127.0.0.1", "port": port, "db": 0},
-    )
-    django.setup()
-    from django.db import connection
-
-    from django_gcra.models import LimitOverride
-
-    with connection.schema_editor() as editor:  # an empty overrides table, as in a deployment without overrides
-        editor.create_model(LimitOverride)
+    setup_django(url, {"DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"}, "POLICIES": policies()},
+                 apps=("rest_framework",),
+                 RATELIMIT_USE_CACHE="default",  # django-ratelimit: the django-redis cache
+                 RATELIMIT_BACKEND="redis",  # django-smart-ratelimit: its own Redis backend, same server
+                 RATELIMIT_REDIS={"host": "127.0.0.1", "port": port, "db": 0})
 
 
 class _User:
