@@ -24,7 +24,6 @@ from .decision import Decision, LimitState
 from .fallback import CLOSED, on_failure
 from .keys import build_key, escape
 from .leases import leasing_backend
-from .overrides import apply_override
 from .policy import Limit, Policy
 from .rates import Rate
 from .signals import decision as decision_signal
@@ -100,7 +99,8 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
         raise ValueError(f"cost must be >= 0, not {cost}")
     values: dict[str, str] = {}
     tier = descriptors.get("tier")
-    memo_key: list[Any] = [pol.name, cost, None if tier is None else str(tier)]
+    tier = None if tier is None else str(tier)
+    memo_key: list[Any] = [pol.name, cost, tier]
     for name in pol.descriptors:
         try:
             value = descriptors[name]
@@ -116,13 +116,13 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
         memo_key.append(value)
     index = overrides.cache.get()
     if pol.name in index:  # overrides match on values and expire: resolve every time
-        return _resolve(pol, cost, values, memo_key[2], index)
+        return _resolve(pol, cost, values, tier, index)
     key = tuple(memo_key)
     found = _plans.get(key)
     if found is None or found.policy is not pol:
         if len(_plans) >= PLAN_MEMO_SIZE:
             _plans.clear()
-        found = _plans[key] = _resolve(pol, cost, values, memo_key[2], index)
+        found = _plans[key] = _resolve(pol, cost, values, tier, index)
     return found
 
 
@@ -141,7 +141,7 @@ def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, i
         burst = limit.burst_for(rate)
         mode = "shadow" if pol.mode == "shadow" or limit.mode == "shadow" else "enforce"
         if overridden:
-            effective = apply_override(index, pol, limit, values, rate, burst, mode)
+            effective = overrides.apply_override(index, pol, limit, values, rate, burst, mode)
             if effective is None:
                 continue  # turned off by an override
             rate, burst, mode = effective
