@@ -1,7 +1,8 @@
 """django_gcra against the rate limiters a Django user would otherwise pick, on one redis-server.
 
-    .venv/bin/pip install -r benchmarks/requirements.txt
-    .venv/bin/python -m benchmarks.bench_peers [--ops 300] [--rounds 20] [--seconds 3]
+    ./scripts/bench-peers.sh [--ops 300] [--rounds 20] [--seconds 3]
+
+(which installs benchmarks/requirements.txt into .venv, then runs this module).
 
 Starts a private redis-server on a free loopback port and measures, in one run:
 decisions per second from one client thread (a hot key, and 10,000 keys; medians of
