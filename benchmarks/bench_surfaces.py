@@ -20,11 +20,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import django  # noqa: E402
-from django.conf import settings  # noqa: E402
 
 from benchmarks.slow_proxy import start_proxy  # noqa: E402
 from tests.servers import free_port, start_redis  # noqa: E402
+from tests.workers import setup_django  # noqa: E402
 
 DELAY = 0.050  # seconds the proxy holds each Redis reply
 CONCURRENCY = 50
@@ -32,18 +31,16 @@ BIG = {"rate": "1000000/s", "burst": 1000000}  # never denies: we time the decis
 
 
 def configure(redis_url: str) -> None:
-    settings.configure(
+    setup_django(
+        redis_url,
+        {"POLICIES": {"bench": {"limits": [{"name": "ip", "key": ["ip"], **BIG}]}},
+         "ROUTES": [{"path": r"^/mw/", "policy": "bench"}]},
+        apps=("rest_framework",),
         SECRET_KEY="bench", DEBUG=False, ALLOWED_HOSTS=["*"], ROOT_URLCONF=__name__, USE_TZ=True,
-        INSTALLED_APPS=["django.contrib.auth", "django.contrib.contenttypes", "rest_framework", "django_gcra"],
         MIDDLEWARE=["django_gcra.middleware.RateLimitMiddleware"],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-        CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}},
         REST_FRAMEWORK={"DEFAULT_THROTTLE_RATES": {"anon": "1000000/s"},
                         "UNAUTHENTICATED_USER": None, "DEFAULT_AUTHENTICATION_CLASSES": []},
-        DJANGO_GCRA={"POLICIES": {"bench": {"limits": [{"name": "ip", "key": ["ip"], **BIG}]}},
-                     "ROUTES": [{"path": r"^/mw/", "policy": "bench"}]},
     )
-    django.setup()
 
 
 urlpatterns: list = []

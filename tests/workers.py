@@ -8,16 +8,18 @@ import time
 def setup_django(redis_url: str, gcra: dict, *, apps: tuple[str, ...] = (), caches: dict | None = None,
                  **extra: object) -> None:
     """Configure Django in a benchmark or worker process: the redis-server at ``redis_url``
-    as the default cache, ``gcra`` as DJANGO_GCRA, and an in-memory database holding an
-    empty overrides table, so decisions take the path of a deployment without overrides."""
+    as the default cache, ``gcra`` as DJANGO_GCRA (audit off: a denial flood would time the
+    database), and an in-memory database shared by this process's threads (the override
+    reload of async code runs in one) holding an empty overrides table, so decisions take
+    the path of a deployment without overrides."""
     import django
     from django.conf import settings
 
     settings.configure(
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", *apps, "django_gcra"],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3",
+                               "NAME": "file:django_gcra_bench?mode=memory&cache=shared"}},
         CACHES=caches or {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}},
-        # The audit writer thread would not see this connection's in-memory database.
         DJANGO_GCRA={"AUDIT": {"ENABLED": False}, **gcra},
         **extra,
     )
