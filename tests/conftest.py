@@ -3,8 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tests.servers import RedisServer, start_redis
-
-TEST_TIMEOUT_MS = 1000
+from tests.workers import TEST_TIMEOUT_MS
 
 
 @pytest.fixture(scope="session")

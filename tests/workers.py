@@ -1,15 +1,20 @@
-"""Worker processes for the concurrency tests: each runs decide() in a loop on one key."""
+"""Worker processes for the concurrency tests, and the Django set-up they share with the benchmarks."""
 
 from __future__ import annotations
 
 import time
 
 
+# A generous limiter timeout for tests and benchmarks: a loaded machine must never turn a
+# measured decision into an on_failure fallback (the fault tests set their own tight one).
+TEST_TIMEOUT_MS = 1000
+
+
 def setup_django(redis_url: str, gcra: dict, *, apps: tuple[str, ...] = (), caches: dict | None = None,
                  **extra: object) -> None:
     """Configure Django in a benchmark or worker process: the redis-server at ``redis_url``
     as the default cache, ``gcra`` as DJANGO_GCRA (audit off: a denial flood would time the
-    database), and an in-memory database shared by this process's threads (the override
+    database; ``TEST_TIMEOUT_MS`` unless ``gcra`` sets a TIMEOUT), and an in-memory database shared by this process's threads (the override
     reload of async code runs in one) holding an empty overrides table, so decisions take
     the path of a deployment without overrides."""
     import django
@@ -20,7 +25,7 @@ def setup_django(redis_url: str, gcra: dict, *, apps: tuple[str, ...] = (), cach
         DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3",
                                "NAME": "file:django_gcra_bench?mode=memory&cache=shared"}},
         CACHES=caches or {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}},
-        DJANGO_GCRA={"AUDIT": {"ENABLED": False}, **gcra},
+        DJANGO_GCRA={"AUDIT": {"ENABLED": False}, "TIMEOUT": TEST_TIMEOUT_MS, **gcra},
         **extra,
     )
     django.setup()
