@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -60,7 +61,7 @@ def backend_for(policy: Policy) -> Backend:
 def _forget_backends(*, setting: str, **kwargs: Any) -> None:
     if setting in ("DJANGO_GCRA", "CACHES"):
         _backend_for.cache_clear()
-        _plans.clear()
+        _plans.plans.clear()
 
 
 setting_changed.connect(_forget_backends)
@@ -83,11 +84,34 @@ class Plan(NamedTuple):
     descriptors: Mapping[str, str]
 
 
-# Plans of policies without overrides, by (policy name, cost, tier, descriptor values):
-# a hot key's plan is built once. Cleared when full; a hit must be of the same Policy
-# object, so a reloaded configuration never meets a stale plan.
-PLAN_MEMO_SIZE = 4096
-_plans: dict[tuple[Any, ...], Plan] = {}
+class PlanMemo:
+    """Plans of policies without overrides, by (policy name, cost, tier, descriptor values),
+    so a hot key's plan is built once. Bounded: once full it admits nothing new, since a
+    stream of one-off keys churning it costs more (in garbage collection) than resolving
+    them; a full memo is emptied at most every ``refill_after`` seconds to let new hot keys in.
+    A hit must be of the same Policy object, so a reloaded configuration never meets a stale plan."""
+
+    def __init__(self, size: int = 4096, refill_after: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.size, self.refill_after, self.clock = size, refill_after, clock
+        self.plans: dict[tuple[Any, ...], Plan] = {}
+        self.next_refill = clock() + refill_after
+
+    def get(self, key: tuple[Any, ...], pol: Policy) -> Plan | None:
+        found = self.plans.get(key)
+        return found if found is not None and found.policy is pol else None
+
+    def put(self, key: tuple[Any, ...], p: Plan) -> None:
+        if len(self.plans) >= self.size:
+            now = self.clock()
+            if now < self.next_refill:
+                return
+            self.plans.clear()
+            self.next_refill = now + self.refill_after
+        self.plans[key] = p
+
+
+_plans = PlanMemo()
 
 
 def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) -> Plan:
@@ -118,11 +142,10 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
     if pol.name in index:  # overrides match on values and expire: resolve every time
         return _resolve(pol, cost, values, tier, index)
     key = tuple(memo_key)
-    found = _plans.get(key)
-    if found is None or found.policy is not pol:
-        if len(_plans) >= PLAN_MEMO_SIZE:
-            _plans.clear()
-        found = _plans[key] = _resolve(pol, cost, values, tier, index)
+    found = _plans.get(key, pol)
+    if found is None:
+        found = _resolve(pol, cost, values, tier, index)
+        _plans.put(key, found)
     return found
 
 

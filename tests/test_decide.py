@@ -86,6 +86,22 @@ def test_a_plan_is_memoized_per_input_and_never_across_types_or_configurations(g
     assert reloaded is not first and reloaded.limits[0].rate.count == 9
 
 
+def test_a_full_plan_memo_admits_nothing_new_until_its_refill_time(monkeypatch):
+    from django_gcra import limiter
+
+    now = [100.0]
+    memo = limiter.PlanMemo(size=2, refill_after=10.0, clock=lambda: now[0])
+    monkeypatch.setattr(limiter, "_plans", memo)
+    a = limiter.plan("login", {"ip": "a"})
+    assert limiter.plan("login", {"ip": "a"}) is a
+    limiter.plan("login", {"ip": "b"})
+    assert limiter.plan("login", {"ip": "c"}) is not limiter.plan("login", {"ip": "c"})  # full: not admitted
+    assert limiter.plan("login", {"ip": "a"}) is a  # the plans it holds stay
+    now[0] = 110.0
+    c = limiter.plan("login", {"ip": "c"})  # refill time: emptied, and c admitted
+    assert limiter.plan("login", {"ip": "c"}) is c and list(memo.plans) == [("login", 1, None, "c")]
+
+
 def test_none_descriptor_skips_its_limits():
     decisions = [decide("api", {"tenant": "acme", "user": None}) for _ in range(6)]
     assert [d.allowed for d in decisions] == [True] * 5 + [False]
