@@ -39,6 +39,7 @@ class RedisServer:
     def start(self, timeout: float = 10.0) -> RedisServer:
         if not os.path.exists(REDIS_SERVER):
             raise RuntimeError("redis-server is not installed: run 'apt-get install redis-server' (see .ci/run)")
+        os.makedirs(self.workdir, exist_ok=True)  # again after a stop()
         cmd = [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
                "--appendonly", "no", "--dir", self.workdir, *self.args]
         self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -62,6 +63,7 @@ class RedisServer:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def kill(self) -> None:
         if self.process:
