@@ -131,3 +131,22 @@ async def test_adecide_uses_a_native_async_client(real_redis):
     assert [d.allowed for d in results] == [True, True, True, False]
     assert limiter_async_client("default") is not None
 
+
+
+def test_hiredis_packs_the_bytes_redis_py_would_send():
+    from redis.connection import Encoder, PythonRespSerializer
+
+    from django_gcra.backends import direct
+    from django_gcra.backends.redis import SCRIPT_SHA
+
+    if direct._pack is None:
+        pytest.skip("hiredis is not installed: decisions use redis-py's packer")
+    args = ("EVALSHA", SCRIPT_SHA, 2, "rl:{acme}:api:tenant:acme", f"rl:{{acme}}:api:user:acme:{escape('ü 7')}",
+            1, 200_000, 3, 1, 1_000, 200, 0, 5)
+    python = PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode)
+    assert direct._pack(args) == b"".join(python.pack(*args))
+
+
+def test_decisions_without_hiredis(monkeypatch):
+    monkeypatch.setattr("django_gcra.backends.direct._pack", None)
+    assert [decide("login", {"ip": "9.9.9.9"}).allowed for _ in range(4)] == [True] * 3 + [False]

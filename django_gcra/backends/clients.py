@@ -166,7 +166,8 @@ def endpoint_for(alias: str, key: str) -> str:
     server, or on Redis Cluster the primary that serves the key's slot (one dead shard
     does not open the circuit for the others)."""
     client = _sync.get(_key(alias))
-    if isinstance(client, redis.cluster.RedisCluster):
+    # isinstance(x, redis.Redis) is cheap; RedisCluster's Protocol bases make its check slow.
+    if not isinstance(client, redis.Redis) and isinstance(client, redis.cluster.RedisCluster):
         from .cluster import node_of
 
         node = node_of(client, key)

@@ -2,8 +2,8 @@
 
 redis-py's command path (pool checkout with a health poll, retry wrapper, observability
 hooks, response callbacks) costs about as much client CPU as the script's round trip
-itself. A decision needs none of it: one request, one reply, on a connection this thread
-owns. Any error other than a Redis error reply drops the connection, so a timed-out
+itself. A decision needs none of it: one request (packed by hiredis when installed), one
+reply, on a connection this thread owns. Any error other than a Redis error reply drops the connection, so a timed-out
 reply can never be read as the answer to a later request.
 """
 
@@ -17,6 +17,11 @@ from typing import Any
 
 import redis
 from redis.exceptions import ResponseError
+
+try:  # hiredis packs a command in C; redis-py's packer adds Python checks per argument
+    from hiredis import pack_command as _pack
+except ImportError:  # redis-py's own packer then
+    _pack = None
 
 _PLAIN_POOLS = (redis.ConnectionPool, redis.BlockingConnectionPool)
 _runners: weakref.WeakKeyDictionary[Any, DirectRunner | None] = weakref.WeakKeyDictionary()
@@ -36,7 +41,10 @@ class DirectRunner(threading.local):
             self.pid = os.getpid()
         connection = self.connection
         try:
-            connection.send_command(*args)
+            if _pack is None:
+                connection.send_command(*args)
+            else:
+                connection.send_packed_command([_pack(args)])
             return connection.read_response()
         except ResponseError:
             raise  # a complete error reply: the connection is still in step
