@@ -17,6 +17,8 @@ import time
 from tests.servers import start_redis
 from tests.workers import setup_django
 
+from .wire import sent_commands
+
 BARE_SCRIPT = """
 local T    = tonumber(ARGV[1])
 local B    = tonumber(ARGV[2])
@@ -97,23 +99,11 @@ def main() -> None:
         # Commands the client sends per decision of the two-limit composite policy.
         backend_for(get_policy("two"))
         decide("two", {"tenant": "t", "user": "u"})
-        sent = []
-        from redis.connection import AbstractConnection
-
-        original = AbstractConnection.send_command
-
-        def counting(self, *a, **k):  # every command a redis-py connection writes
-            sent.append(a[0])
-            return original(self, *a, **k)
-
         before = commandstats(client)
         n = 1000
-        AbstractConnection.send_command = counting
-        try:
+        with sent_commands() as sent:
             for i in range(n):
                 decide("two", {"tenant": "t", "user": f"u{i % 50}"})
-        finally:
-            AbstractConnection.send_command = original
         after = commandstats(client)
         delta = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
         delta.pop("info", None)

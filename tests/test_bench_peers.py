@@ -33,3 +33,29 @@ def test_benchmark_policies_parse_without_problems():
 
 def test_leased_contender_declines_the_two_limit_case():
     assert build("django_gcra_leased", "redis://127.0.0.1:1/0", two=True) is None
+
+
+def test_command_names_are_read_from_packed_resp_arrays():
+    import hiredis
+
+    from benchmarks.wire import command_names
+
+    tricky = "*3\r\n$3\r\nSET\r\n"  # an argument that looks like a command
+    packed = hiredis.pack_command(("EVALSHA", "abc", 1, tricky, 5)) + hiredis.pack_command(("GET", "k"))
+    assert command_names(packed) == ["evalsha", "get"]
+
+
+def test_sent_commands_counts_prepacked_and_redis_py_writes(redis_server):
+    from benchmarks.wire import sent_commands
+    from django_gcra.backends.direct import DirectRunner
+
+    client = redis_server.client()
+    runner = DirectRunner(client.connection_pool)
+    client.ping(), runner("PING")  # connect first: the handshakes are not what is counted
+    with sent_commands() as sent:
+        client.ping()
+        runner("ECHO", "x")
+        with client.pipeline(transaction=False) as pipe:
+            pipe.get("a").get("b").execute()
+    assert sent == ["ping", "echo", "get", "get"]
+    client.close()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from tests.workers import timed_loop
 
+from ..wire import sent_commands
 from .contenders import STRICT, Contender, build, promise, setup_django
 
 Workload = Callable[[int], tuple[str, str]]  # decision index -> (tenant, user)
@@ -75,26 +76,13 @@ class Commands:
 
 
 def commands(client, contender: Contender, workload: Workload, n: int) -> Commands:
-    """Commands per decision: what the client sends (a wrapper on redis-py's
-    ``Connection.send_command``, which every command a redis-py connection writes goes
-    through) and what Redis runs (``INFO commandstats`` deltas)."""
-    from redis.connection import AbstractConnection
-
+    """Commands per decision: what the client sends (``wire.sent_commands``) and what
+    Redis runs (``INFO commandstats`` deltas)."""
     contender.decide(*workload(0))
-    sent: list[str] = []
-    original = AbstractConnection.send_command
-
-    def counting(self, *args, **kwargs):
-        sent.append(str(args[0]).lower())
-        return original(self, *args, **kwargs)
-
     before = _commandstats(client)
-    AbstractConnection.send_command = counting
-    try:
+    with sent_commands() as sent:
         for i in range(n):
             contender.decide(*workload(i))
-    finally:
-        AbstractConnection.send_command = original
     after = _commandstats(client)
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     delta = {k: v for k, v in delta.items() if v and k != "info"}

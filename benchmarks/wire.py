@@ -1,0 +1,43 @@
+"""Count the commands a redis-py connection writes, at the one method every write goes
+through (``send_packed_command``): redis-py's own commands and pipelines, and
+django_gcra's pre-packed ``EVALSHA``, alike."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from redis.connection import AbstractConnection
+
+
+def command_names(packed: bytes) -> list[str]:
+    """The lower-cased name of every command in a buffer of RESP arrays."""
+    names, i = [], 0
+    while i < len(packed):
+        end = packed.index(b"\r\n", i)
+        count, i = int(packed[i + 1:end]), end + 2
+        for k in range(count):
+            end = packed.index(b"\r\n", i)
+            size, i = int(packed[i + 1:end]), end + 2
+            if k == 0:
+                names.append(packed[i:i + size].decode().lower())
+            i += size + 2
+    return names
+
+
+@contextlib.contextmanager
+def sent_commands() -> Iterator[list[str]]:
+    """Collect, while the block runs, the name of every command sent (one entry each)."""
+    sent: list[str] = []
+    original = AbstractConnection.send_packed_command
+
+    def counting(self, command, *args, **kwargs):
+        chunks = [command] if isinstance(command, (str, bytes)) else command
+        sent.extend(command_names(b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)))
+        return original(self, command, *args, **kwargs)
+
+    AbstractConnection.send_packed_command = counting
+    try:
+        yield sent
+    finally:
+        AbstractConnection.send_packed_command = original
