@@ -13,10 +13,11 @@ TEST_TIMEOUT_MS = 1000
 def setup_django(redis_url: str, gcra: dict, *, apps: tuple[str, ...] = (), caches: dict | None = None,
                  **extra: object) -> None:
     """Configure Django in a benchmark or worker process: the redis-server at ``redis_url``
-    as the default cache, ``gcra`` as DJANGO_GCRA (audit off: a denial flood would time the
-    database; ``TEST_TIMEOUT_MS`` unless ``gcra`` sets a TIMEOUT), and an in-memory database shared by this process's threads (the override
-    reload of async code runs in one) holding an empty overrides table, so decisions take
-    the path of a deployment without overrides."""
+    as the default cache; ``gcra`` as DJANGO_GCRA, with audit off (a denial flood would
+    time the database) and ``TEST_TIMEOUT_MS`` unless ``gcra`` sets a TIMEOUT; and an
+    in-memory database shared by this process's threads (the override reload of async
+    code runs in one) holding an empty overrides table, so decisions take the path of a
+    deployment without overrides."""
     import django
     from django.conf import settings
 

@@ -3,8 +3,8 @@
 redis-py's command path (pool checkout with a health poll, retry wrapper, observability
 hooks, response callbacks) costs about as much client CPU as the script's round trip
 itself. A decision needs none of it: one request (packed by hiredis when installed), one
-reply, on a connection this thread owns. Any error other than a Redis error reply drops the connection, so a timed-out
-reply can never be read as the answer to a later request.
+reply, on a connection this thread owns. Any error other than a Redis error reply drops
+the connection, so a timed-out reply can never be read as the answer to a later request.
 """
 
 from __future__ import annotations
