@@ -118,24 +118,19 @@ def tenants_in_slots(slots: range, count: int, prefix: str = "t") -> list[str]:
 def hammer(urls: list[str], gcra: dict, policy: str, descriptors: dict, start_at: float, duration: float,
            max_calls: int = 200_000) -> tuple[int, int, float, float, int]:
     """tests.workers.hammer on the cluster; also returns the number of fallback decisions."""
-    import django
-    from django.conf import settings
+    from tests.workers import setup_django, timed_loop
 
-    settings.configure(INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_gcra"],
-                       DATABASES={}, CACHES={"default": cluster_caches(urls)}, DJANGO_GCRA=gcra)
-    django.setup()
+    setup_django(None, gcra, caches={"default": cluster_caches(urls)})
     from django_gcra import decide
 
     decide(policy, descriptors, cost=0)  # connect and load the topology before the clock starts
-    while time.time() < start_at:
-        time.sleep(0.001)
-    admitted = calls = fallbacks = 0
-    first = time.time()
-    deadline = first + duration
-    while calls < max_calls and time.time() < deadline:
-        calls += 1
+    fallbacks = 0
+
+    def admit() -> bool:
+        nonlocal fallbacks
         decision = decide(policy, descriptors)
-        admitted += decision.allowed
         fallbacks += decision.fallback
-    return admitted, calls, first, time.time(), fallbacks
+        return decision.allowed
+
+    return (*timed_loop(admit, start_at, duration, max_calls), fallbacks)
 

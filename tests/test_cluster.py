@@ -95,7 +95,7 @@ def run(urls, gcra, descriptors, processes, duration, during=None):
     return admitted, calls, fallbacks, last - first, (first, last)
 
 
-GCRA = {"DESCRIPTORS": DESCRIPTORS, "POLICIES": POLICIES, "TIMEOUT": 1000}
+GCRA = {"DESCRIPTORS": DESCRIPTORS, "POLICIES": POLICIES}
 
 
 def test_eight_processes_one_key(on_cluster: Cluster):

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 PROCESSES, DURATION = 8, 3.0
 RATE, BURST = 50, 10  # per second
-GCRA = {"TIMEOUT": 1000, "POLICIES": {"p": {"limits": [{"name": "ip", "key": ["ip"], "rate": f"{RATE}/s", "burst": BURST}]}}}
+GCRA = {"POLICIES": {"p": {"limits": [{"name": "ip", "key": ["ip"], "rate": f"{RATE}/s", "burst": BURST}]}}}
 
 
 def run_workers(url: str, gcra: dict, policy: str, descriptors: dict) -> tuple[int, int, float]:

@@ -10,10 +10,10 @@ import time
 TEST_TIMEOUT_MS = 1000
 
 
-def setup_django(redis_url: str, gcra: dict, *, apps: tuple[str, ...] = (), caches: dict | None = None,
+def setup_django(redis_url: str | None, gcra: dict, *, apps: tuple[str, ...] = (), caches: dict | None = None,
                  **extra: object) -> None:
     """Configure Django in a benchmark or worker process: the redis-server at ``redis_url``
-    as the default cache; ``gcra`` as DJANGO_GCRA, with audit off (a denial flood would
+    as the default cache (or ``caches``); ``gcra`` as DJANGO_GCRA, with audit off (a denial flood would
     time the database) and ``TEST_TIMEOUT_MS`` unless ``gcra`` sets a TIMEOUT; and an
     in-memory database shared by this process's threads (the override reload of async
     code runs in one) holding an empty overrides table, so decisions take the path of a
