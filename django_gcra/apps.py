@@ -9,11 +9,9 @@ class DjangoGCRAConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
-
-        # The policy plane: its checks, override invalidation, and the observers of every
-        # decision (the audit trail and metrics; the limiter knows neither).
-        from . import audit, metrics, overrides, plane_checks  # noqa: F401
+        # The system checks; override invalidation; and the observers of every decision
+        # (the audit trail and metrics; the limiter knows neither).
+        from . import audit, checks, metrics, overrides  # noqa: F401
         from .signals import observers
 
         override_model = self.get_model("LimitOverride")
