@@ -241,7 +241,7 @@ def _timing_settings(read: _Reader) -> dict[str, Any]:
             Codes.OVERRIDE_TTL_SHORT, f"DJANGO_GCRA['OVERRIDE_TTL'] ({ttl:g}) is shorter than OVERRIDE_REFRESH "
             f"({refresh:g}): every check of the version stamp reloads the overrides from the database.",
             "Keep OVERRIDE_TTL well above OVERRIDE_REFRESH (defaults: 30 and 1)."))
-    timeouts = {}
+    timeouts: dict[str, float] = {}
     for name in ("TIMEOUT", "CONNECT_TIMEOUT"):
         value = read.get(name)
         if value is None and name == "CONNECT_TIMEOUT":

@@ -28,8 +28,15 @@ from .identity import descriptor_names, descriptors_for
 from .limiter import decide, get_policy
 from .policy import Policy, Problem, parse_policy
 
-__all__ = ["GCRAThrottle", "GCRARateThrottle", "GCRAAnonRateThrottle", "GCRAUserRateThrottle",
-           "GCRAScopedRateThrottle", "PolicyThrottle", "RateLimitUnavailable"]
+__all__ = [
+    "GCRAAnonRateThrottle",
+    "GCRARateThrottle",
+    "GCRAScopedRateThrottle",
+    "GCRAThrottle",
+    "GCRAUserRateThrottle",
+    "PolicyThrottle",
+    "RateLimitUnavailable",
+]
 
 
 class RateLimitUnavailable(exceptions.APIException):
@@ -120,7 +127,7 @@ class GCRARateThrottle(GCRAThrottle):
         rates = api_settings.DEFAULT_THROTTLE_RATES  # read live: override_settings applies
         if self.scope not in rates:
             raise ImproperlyConfigured(f"No default throttle rate set for {self.scope!r} scope")
-        return rates[self.scope]
+        return rates[self.scope]  # type: ignore[no-any-return]
 
     def get_descriptors(self, request: Any, view: Any) -> dict[str, Any] | None:
         """``{"user": pk}`` or ``{"ip": address}``; None skips throttling."""
