@@ -53,9 +53,11 @@ def _backend_for(alias: str) -> Backend:
 
 
 def backend_for(policy: Policy) -> Backend:
-    """The backend that decides ``policy``: the store of ``CACHE_ALIAS`` (behind local leases
-    when the policy has a ``lease``)."""
-    return leasing_backend(_backend_for(get_config().cache_alias), policy)
+    """The backend that decides ``policy``: the store of its ``cache_alias`` if it has one
+    (the django-ratelimit compat layer's ``RATELIMIT_USE_CACHE``), else of ``CACHE_ALIAS``
+    (behind local leases when the policy has a ``lease``)."""
+    alias = getattr(policy, "cache_alias", None) or get_config().cache_alias
+    return leasing_backend(_backend_for(alias), policy)
 
 
 def _forget_backends(*, setting: str, **kwargs: Any) -> None:
