@@ -103,7 +103,7 @@ def test_the_decision_is_made_in_redis(store):
     [key] = store.keys("rl:*")
     name = policy_name("login", 5, 60, "ip", "")
     assert key.decode() == f"rl:{{192.0.2.1}}:{name}:n:192.0.2.1"  # a one-limit policy shards on its key
-    assert 0 < store.pttl(key) <= 12_000  # one unit of 5/m: 12 s until rested
+    assert 11_000 < store.pttl(key) <= 12_001  # one unit of 5/m: 12 s until rested (+1 ms, rounded up)
 
 
 def test_bad_keys_are_errors():
@@ -430,3 +430,35 @@ def test_policy_names_are_valid_and_distinct():
     assert all(_NAME.match(n) for n in names), names
     assert len(set(names)) == len(names)
     assert policy_name(*parts[0]) == names[0]  # stable
+
+
+# --- middleware and checks ------------------------------------------------------------
+
+def denied_view(request, exception):
+    from django.http import HttpResponse
+
+    return HttpResponse(f"slow down ({type(exception).__name__})", status=429)
+
+
+def test_middleware_answers_with_ratelimit_view(settings):
+    from django_gcra.compat.django_ratelimit.middleware import RatelimitMiddleware
+
+    settings.RATELIMIT_VIEW = "tests.test_compat_ratelimit.denied_view"
+    middleware = RatelimitMiddleware(lambda request: None)
+    response = middleware.process_exception(req(), Ratelimited())
+    assert (response.status_code, response.content) == (429, b"slow down (Ratelimited)")
+    assert middleware.process_exception(req(), PermissionDenied()) is None
+
+
+@pytest.mark.parametrize(("alias", "backend", "expected"), [
+    ("default", REDIS, []),
+    ("other", REDIS, ["django_gcra_ratelimit.E002"]),
+    ("default", "django.core.cache.backends.locmem.LocMemCache", ["django_gcra_ratelimit.E003"]),
+    ("default", "django.core.cache.backends.dummy.DummyCache", ["django_gcra_ratelimit.W001"]),
+])
+def test_cache_checks(settings, alias, backend, expected):
+    from django_gcra.compat.django_ratelimit.checks import check_caches
+
+    settings.CACHES = {"default": {"BACKEND": backend, "LOCATION": "redis://127.0.0.1:1/0"}}
+    settings.RATELIMIT_USE_CACHE = alias
+    assert [m.id for m in check_caches(None)] == expected

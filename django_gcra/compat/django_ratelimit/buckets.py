@@ -48,6 +48,7 @@ def methods_id(method: Any) -> str:
     return str(method).upper()
 
 
+@functools.lru_cache(maxsize=4096)
 def policy_name(group: str, limit: int, period: int, key: str, methods: str) -> str:
     """A valid policy name (``^[A-Za-z0-9_.-]{1,64}$``): a readable slug of the group and
     64 bits of SHA-256 over every part, so distinct buckets get distinct names (up to a
