@@ -1,7 +1,9 @@
 """Fetch a peer's source distribution at test time (never copied into the repository).
 
-Set ``DJANGO_GCRA_SKIP_PEER_SUITES=1`` to skip the peer suites where the package index
-cannot be reached; without it an impossible download fails the test loudly.
+Without network access to the package index, name a local copy of the sdist in the
+variable the caller passes as ``local_env`` (``DJANGO_GCRA_DRL_SDIST`` for
+django-ratelimit), or set ``DJANGO_GCRA_SKIP_PEER_SUITES=1`` to skip the peer suites;
+without either an impossible download fails the test loudly.
 """
 
 from __future__ import annotations
@@ -18,8 +20,14 @@ import pytest
 SKIP_ENV = "DJANGO_GCRA_SKIP_PEER_SUITES"
 
 
-def download_sdist(requirement: str, dest: Path, timeout: float = 180.0) -> Path:
-    """``pip download --no-deps --no-binary :all: <requirement>`` into ``dest``; the archive."""
+def download_sdist(requirement: str, dest: Path, local_env: str, timeout: float = 180.0) -> Path:
+    """``pip download --no-deps --no-binary :all: <requirement>`` into ``dest``; the archive
+    (or the file named by the ``local_env`` variable, when set)."""
+    local = os.environ.get(local_env)
+    if local:
+        if not Path(local).is_file():
+            pytest.fail(f"{local_env}={local!r} is not a file")
+        return Path(local)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
            "--disable-pip-version-check", requirement, "-d", str(dest)]
     try:
@@ -32,9 +40,9 @@ def download_sdist(requirement: str, dest: Path, timeout: float = 180.0) -> Path
         problem = "pip saved no .tar.gz"
     if problem is not None:
         message = f"could not download the sdist of {requirement} ({' '.join(cmd)}): {problem}"
-        if os.environ.get(SKIP_ENV):
-            pytest.skip(f"{SKIP_ENV} is set and {message}")
-        pytest.fail(f"{message}\nSet {SKIP_ENV}=1 to skip the peer suites without network access.")
+        if os.environ.get(SKIP_ENV) == "1":
+            pytest.skip(f"{SKIP_ENV}=1 and {message}")
+        pytest.fail(f"{message}\nSet {local_env} to a local copy of the sdist, or {SKIP_ENV}=1 to skip.")
     return archives[0]
 
 
