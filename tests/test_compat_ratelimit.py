@@ -415,7 +415,8 @@ def test_fail_open(down, settings):
 
 
 def test_dead_port_fails_closed(settings):
-    settings.CACHES = {**settings.CACHES, "nobody": {"BACKEND": REDIS, "LOCATION": f"redis://127.0.0.1:{free_port()}/0"}}
+    nobody = f"redis://127.0.0.1:{free_port()}/0"
+    settings.CACHES = {**settings.CACHES, "nobody": {"BACKEND": REDIS, "LOCATION": nobody}}
     settings.RATELIMIT_USE_CACHE = "nobody"
     assert limited_view(key="ip", rate="100/m")(req()) is True
 

@@ -44,8 +44,9 @@ def main(overlay: str, out: str) -> int:
     import django
 
     django.setup()
-    import django_gcra.compat.django_ratelimit as package
     from django.test.runner import DiscoverRunner
+
+    import django_gcra.compat.django_ratelimit as package
 
     package.__path__.append(overlay)
 
