@@ -3,6 +3,9 @@ rate form, stacked decorators, block/request.limited, the RATELIMIT_* settings, 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from types import SimpleNamespace
 
@@ -463,3 +466,12 @@ def test_cache_checks(settings, alias, backend, expected):
     settings.CACHES = {"default": {"BACKEND": backend, "LOCATION": "redis://127.0.0.1:1/0"}}
     settings.RATELIMIT_USE_CACHE = alias
     assert [m.id for m in check_caches(None)] == expected
+
+
+def test_policy_names_are_the_same_in_every_process():
+    code = ("from django_gcra.compat.django_ratelimit.buckets import policy_name;"
+            "print(policy_name('app.views.login', 5, 60, 'user_or_ip', 'POST'))")
+    names = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
+                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()
+             for seed in ("1", "2")}
+    assert names == {policy_name("app.views.login", 5, 60, "user_or_ip", "POST")}
