@@ -78,6 +78,7 @@ class Policy:
     lease: Lease | None = None
     shard: str | None = None  # descriptor whose value is the hash tag; None: the policy name
     descriptors: frozenset[str] = field(default=frozenset())  # every descriptor the limits use
+    cache_alias: str | None = None  # the django-redis alias deciding it; None: CACHE_ALIAS (policies built in code)
 
     def mode_of(self, limit: Limit) -> str:
         """The limit's effective mode as configured: shadow if the policy or the limit is."""

@@ -108,9 +108,9 @@ def store_backend(alias: str | None = None) -> RedisBackend:
 
 
 def backend_for(policy: Policy) -> Backend:
-    """The backend that decides ``policy``: the store of ``CACHE_ALIAS``, behind local
-    leases when the policy has a ``lease``."""
-    return leases.leasing_backend(store_backend(), policy)
+    """The backend that decides ``policy``: the store of its ``cache_alias`` (default
+    ``CACHE_ALIAS``), behind local leases when the policy has a ``lease``."""
+    return leases.leasing_backend(store_backend(policy.cache_alias), policy)
 
 
 def read_guarded(key: str) -> bytes | None:
