@@ -10,6 +10,7 @@ class DjangoGCRAConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
+        from . import drf_checks  # noqa: F401  (DRF's throttle settings; imports DRF only when checking)
 
         # The policy plane: its checks, override invalidation, and the observers of every
         # decision (the audit trail and metrics; the limiter knows neither).

@@ -250,20 +250,29 @@ class GCRARateThrottle(GCRAThrottle, SimpleRateThrottle):
         """The limit's name in headers, the audit trail and metrics: the scope (or the class name)."""
         return scope_name(str(self.scope) if getattr(self, "scope", None) else type(self).__name__)
 
-    def get_policy(self, request: Any, view: Any) -> tuple[Policy | str, dict[str, Any]] | None:
-        num, duration = self.num_requests, self.duration
-        self.key = self.get_cache_key(request, view)
-        if self.key is None:
-            return None
-        for label, value in (("num_requests", num), ("duration", duration)):
+    def gcra_policy(self) -> Policy | None:
+        """The one-limit policy of ``num_requests`` per ``duration`` (None for a rate of 0);
+        ``ImproperlyConfigured`` when they are not whole numbers GCRA can run."""
+        values = []
+        for label in ("num_requests", "duration"):
+            value = getattr(self, label, None)
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ImproperlyConfigured(f"{type(self).__name__}.{label} is {value!r}: give a whole number.")
-        if num == 0:
+            values.append(value)
+        num, duration = values
+        return None if num == 0 else _throttle_policy(self.limit_name(), num, duration, self.burst)
+
+    def get_policy(self, request: Any, view: Any) -> tuple[Policy | str, dict[str, Any]] | None:
+        self.key = self.get_cache_key(request, view)
+        if self.key is None:
             return None
-        policy = _throttle_policy(self.limit_name(), int(num), int(duration), self.burst)
-        return policy, {"cache_key": str(self.key), "rate": f"{int(num)}/{int(duration)}s/{self.burst}"}
+        policy = self.gcra_policy()
+        if policy is None:
+            return None
+        limit = policy.limits[0]  # the rate and burst are part of the bucket's identity
+        return policy, {"cache_key": str(self.key), "rate": f"{limit.rates[None]}/{limit.burst}"}
 
     def allow_request(self, request: Any, view: Any) -> bool:
         if self.rate is None:

@@ -1,0 +1,167 @@
+"""System checks of the DRF throttle configuration (``django_gcra.E060``-``E069``, ``W060``-``W069``).
+
+DRF reads a throttle's rate when the throttle is made, at the first request, so a bad
+rate or a missing scope is a 500 there; these checks find them at startup. DRF is
+optional: it is imported inside ``drf_problems`` only, which returns ``[]`` without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+
+from .policy import Problem
+
+__all__ = ["drf_problems", "check_drf"]
+
+# Period spellings that mean what DRF reads from their first letter ("10/month" is per minute).
+UNIT_NAMES = frozenset({"s", "sec", "secs", "second", "seconds", "m", "min", "mins", "minute", "minutes",
+                        "h", "hr", "hrs", "hour", "hours", "d", "day", "days"})
+RATES = "REST_FRAMEWORK['DEFAULT_THROTTLE_RATES']"
+
+
+def drf_problems() -> list[Problem]:
+    """Every problem of DEFAULT_THROTTLE_RATES, NUM_PROXIES and the GCRA throttle classes
+    reachable from DEFAULT_THROTTLE_CLASSES and from the views of ROOT_URLCONF."""
+    try:
+        from rest_framework.settings import api_settings
+        from rest_framework.throttling import SimpleRateThrottle
+    except ImportError:
+        return []
+    from django.core.exceptions import ImproperlyConfigured
+
+    from .throttling import UNHONOURED, GCRARateThrottle, GCRAScopedRateThrottle, parse_drf_rate
+
+    problems: list[Problem] = []
+    rates = api_settings.DEFAULT_THROTTLE_RATES
+    if not isinstance(rates, Mapping):
+        problems.append(Problem("django_gcra.E060", f"{RATES} is {type(rates).__name__}, not a dict.",
+                                "Map each scope to a rate such as '100/hour'."))
+        rates = {}
+    for scope, rate in rates.items():
+        problems += _rate_problems(f"{RATES}[{scope!r}]", rate, parse_drf_rate)
+    problems += _proxy_problems(api_settings.NUM_PROXIES)
+
+    classes, scoped = _reachable(problems)
+    for cls in classes:
+        if not (isinstance(cls, type) and issubclass(cls, GCRARateThrottle)):
+            continue
+        label = f"{cls.__module__}.{cls.__qualname__}"
+        for name in UNHONOURED:
+            if getattr(cls, name) is not getattr(SimpleRateThrottle, name):
+                problems.append(Problem("django_gcra.W062", f"{label} overrides {name!r}, which django_gcra cannot "
+                                        "honour: time and throttle state come from Redis.",
+                                        f"Remove the {name!r} override (see docs/howto/migrate-from-drf.md)."))
+        scopes = [(view, scope) for c, view, scope in scoped if c is cls] if issubclass(
+            cls, GCRAScopedRateThrottle) else [(None, None)]
+        for view, scope in scopes:
+            where = label if view is None else f"{label} on {view} (throttle_scope {scope!r})"
+            try:
+                throttle = cls()
+                if view is not None:
+                    throttle.scope = scope
+                    throttle.rate = throttle.get_rate()
+                    throttle.num_requests, throttle.duration = throttle.parse_rate(throttle.rate)
+                if throttle.rate is not None:
+                    throttle.gcra_policy()
+            except ImproperlyConfigured as exc:
+                problems.append(Problem("django_gcra.E063", f"{where}: {exc}", "DRF would raise this at the first "
+                                        "request (a 500): add the scope's rate, or fix the class's rate."))
+            except Exception as exc:  # a custom get_rate/parse_rate that fails
+                problems.append(Problem("django_gcra.E063", f"{where}: {type(exc).__name__}: {exc}"))
+    return problems
+
+
+def _rate_problems(where: str, rate: Any, parse: Any) -> list[Problem]:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from .throttling import _throttle_policy
+
+    if rate is None:
+        return []  # DRF's "not throttled"
+    try:
+        num, duration = parse(rate)
+        if num:
+            _throttle_policy("check", num, duration, None)
+    except ImproperlyConfigured as exc:
+        return [Problem("django_gcra.E061", f"{where}: {exc}", "DRF would fail every throttled request (a 500).")]
+    problems = []
+    period = rate.split("/")[1].strip()
+    if period[:1].isalpha() and period.lower() not in UNIT_NAMES:
+        problems.append(Problem("django_gcra.W060", f"{where} is {rate!r}: DRF reads only the period's first letter, "
+                                f"so this is {num} per {duration} s.",
+                                "Spell the period s, sec, min, hour or day (or '10/5m' for a multiple)."))
+    if num == 0:
+        problems.append(Problem("django_gcra.W063", f"{where} is {rate!r}: every request is refused.",
+                                "Remove the scope's throttle, or give a positive rate."))
+    return problems
+
+
+def _proxy_problems(num_proxies: Any) -> list[Problem]:
+    gcra = getattr(settings, "DJANGO_GCRA", {})
+    gcra = gcra if isinstance(gcra, Mapping) else {}
+    if num_proxies is None:
+        return []
+    if "TRUSTED_PROXIES" in gcra:
+        if gcra["TRUSTED_PROXIES"] == num_proxies:
+            return []
+        return [Problem("django_gcra.W061", f"REST_FRAMEWORK['NUM_PROXIES'] is {num_proxies!r} but "
+                        f"DJANGO_GCRA['TRUSTED_PROXIES'] is {gcra['TRUSTED_PROXIES']!r}; the GCRA throttles use "
+                        "TRUSTED_PROXIES.", "Give both the number of proxies in front of Django.")]
+    if num_proxies == 0:
+        return []
+    return [Problem("django_gcra.W061", f"REST_FRAMEWORK['NUM_PROXIES'] is {num_proxies!r}, which the GCRA throttles "
+                    "follow, but DJANGO_GCRA['TRUSTED_PROXIES'] is unset (0), so the middleware, @ratelimit and "
+                    "PolicyThrottle key 'ip' by the proxy's address.",
+                    f"Set DJANGO_GCRA['TRUSTED_PROXIES'] = {num_proxies!r}.")]
+
+
+def _reachable(problems: list[Problem]) -> tuple[list[Any], list[tuple[Any, str, Any]]]:
+    """The throttle classes of DEFAULT_THROTTLE_CLASSES and of the URLconf's views, and the
+    (class, view name, throttle_scope) of every view that has a scope."""
+    from django.utils.module_loading import import_string
+
+    classes: list[Any] = []
+    raw = getattr(settings, "REST_FRAMEWORK", {}) or {}
+    for path in (raw.get("DEFAULT_THROTTLE_CLASSES", ()) if isinstance(raw, Mapping) else ()):
+        try:
+            classes.append(import_string(path) if isinstance(path, str) else path)
+        except ImportError as exc:
+            problems.append(Problem("django_gcra.E062", f"REST_FRAMEWORK['DEFAULT_THROTTLE_CLASSES'] entry {path!r} "
+                                    f"cannot be imported: {exc}."))
+    scoped = []
+    for view in _views():
+        for cls in getattr(view, "throttle_classes", None) or ():
+            classes.append(cls)
+            scope = getattr(view, getattr(cls, "scope_attr", "throttle_scope"), None)
+            if scope:
+                scoped.append((cls, f"{view.__module__}.{view.__qualname__}", scope))
+    unique = list(dict.fromkeys(classes))
+    return unique, list(dict.fromkeys(scoped))
+
+
+def _views() -> Iterator[Any]:
+    """The view classes (DRF's ``cls``, Django's ``view_class``) of ROOT_URLCONF."""
+    from django.urls import URLResolver, get_resolver
+
+    def walk(patterns: Any) -> Iterator[Any]:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                yield from walk(pattern.url_patterns)
+                continue
+            for view in (getattr(pattern.callback, "cls", None), getattr(pattern.callback, "view_class", None)):
+                if isinstance(view, type):
+                    yield view
+
+    try:
+        yield from list(walk(get_resolver().url_patterns))
+    except Exception:  # a broken URLconf is reported by Django's own checks
+        return
+
+
+@checks.register("django_gcra")
+def check_drf(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    return [(checks.Error if p.is_error else checks.Warning)(p.msg, hint=p.hint, id=p.id) for p in drf_problems()]
