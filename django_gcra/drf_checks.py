@@ -78,14 +78,14 @@ def drf_problems() -> list[Problem]:
 def _rate_problems(where: str, rate: Any, parse: Any) -> list[Problem]:
     from django.core.exceptions import ImproperlyConfigured
 
-    from .throttling import _throttle_policy
+    from .drf_support import throttle_policy
 
     if rate is None:
         return []  # DRF's "not throttled"
     try:
         num, duration = parse(rate)
         if num:
-            _throttle_policy("check", num, duration, None)
+            throttle_policy("check", num, duration, None)
     except ImproperlyConfigured as exc:
         return [Problem("django_gcra.E061", f"{where}: {exc}", "DRF would fail every throttled request (a 500).")]
     problems = []
