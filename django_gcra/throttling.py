@@ -152,9 +152,10 @@ class GCRARateThrottle(GCRAThrottle, SimpleRateThrottle):
         return parse_drf_rate(rate)
 
     def get_ident(self, request: Any) -> Any:
-        """The client's address: by ``DJANGO_GCRA['TRUSTED_PROXIES']`` when that is set
-        (IPv6 grouped by prefix), else by DRF's ``NUM_PROXIES`` rule; with ``NUM_PROXIES``
-        unset, ``REMOTE_ADDR`` (DRF would use the whole, client-forgeable X-Forwarded-For)."""
+        """The client's address: by ``DJANGO_GCRA['TRUSTED_PROXIES']`` when that is set, else
+        by DRF's ``NUM_PROXIES`` rule; with ``NUM_PROXIES`` unset, ``REMOTE_ADDR`` (DRF would
+        use the whole, client-forgeable X-Forwarded-For). IPv6 addresses are grouped by
+        ``IPV6_PREFIX`` (default /64), so a client cannot dodge the limit within its network."""
         if _trusted_proxies_set():
             return client_ip(request)
         hops = api_settings.NUM_PROXIES

@@ -202,6 +202,14 @@ def test_without_num_proxies_a_forged_x_forwarded_for_does_not_dodge(settings):
     assert statuses(view, 1, HTTP_X_FORWARDED_FOR="2.2.2.2") == [429]  # DRF would key by the header
 
 
+def test_ipv6_clients_are_grouped_by_network(settings):
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"anon": "1/m"}}
+    view = view_with(GCRAAnonRateThrottle)
+    assert statuses(view, 1, REMOTE_ADDR="2001:db8:1:2::1") == [200]
+    assert statuses(view, 1, REMOTE_ADDR="2001:db8:1:2::ffff") == [429]  # same /64
+    assert statuses(view, 1, REMOTE_ADDR="2001:db8:1:3::1") == [200]
+
+
 SCOPES = ["api:v1", "my scope", "uploads/day", "café", "x" * 64, "plain", "api-v1", "API:V1"]
 
 
