@@ -33,7 +33,7 @@ def drf_problems() -> list[Problem]:
         return []
     from django.core.exceptions import ImproperlyConfigured
 
-    from .throttling import UNHONOURED, GCRARateThrottle, GCRAScopedRateThrottle, parse_drf_rate
+    from .throttling import UNHONOURED, GCRARateThrottle, GCRAScopedRateThrottle
 
     problems: list[Problem] = []
     rates = api_settings.DEFAULT_THROTTLE_RATES
@@ -42,7 +42,7 @@ def drf_problems() -> list[Problem]:
                                 "Map each scope to a rate such as '100/hour'."))
         rates = {}
     for scope, rate in rates.items():
-        problems += _rate_problems(f"{RATES}[{scope!r}]", rate, parse_drf_rate)
+        problems += _rate_problems(f"{RATES}[{scope!r}]", rate)
     problems += _proxy_problems(api_settings.NUM_PROXIES)
 
     classes, scoped = _reachable(problems)
@@ -55,9 +55,10 @@ def drf_problems() -> list[Problem]:
                 problems.append(Problem("django_gcra.W062", f"{label} overrides {name!r}, which django_gcra cannot "
                                         "honour: time and throttle state come from Redis.",
                                         f"Remove the {name!r} override (see docs/howto/migrate-from-drf.md)."))
-        scopes = [(view, scope) for c, view, scope in scoped if c is cls] if issubclass(
-            cls, GCRAScopedRateThrottle) else [(None, None)]
-        for view, scope in scopes:
+        uses: list[tuple[str | None, Any]] = [(None, None)]  # a rate throttle: made once
+        if issubclass(cls, GCRAScopedRateThrottle):  # its rate comes with each view's scope
+            uses = [(view, scope) for c, view, scope in scoped if c is cls]
+        for view, scope in uses:
             where = label if view is None else f"{label} on {view} (throttle_scope {scope!r})"
             try:
                 throttle = cls()
@@ -75,15 +76,15 @@ def drf_problems() -> list[Problem]:
     return problems
 
 
-def _rate_problems(where: str, rate: Any, parse: Any) -> list[Problem]:
+def _rate_problems(where: str, rate: Any) -> list[Problem]:
     from django.core.exceptions import ImproperlyConfigured
 
-    from .drf_support import throttle_policy
+    from .drf_support import parse_drf_rate, throttle_policy
 
     if rate is None:
         return []  # DRF's "not throttled"
     try:
-        num, duration = parse(rate)
+        num, duration = parse_drf_rate(rate)
         if num:
             throttle_policy("check", num, duration, None)
     except ImproperlyConfigured as exc:
