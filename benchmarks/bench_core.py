@@ -14,8 +14,8 @@ import argparse
 import statistics
 import time
 
-from tests.servers import start_redis
-from tests.workers import setup_django
+from tests.support.servers import start_redis
+from tests.support.workers import setup_django
 
 from .wire import sent_commands
 
@@ -44,7 +44,7 @@ POLICIES = {
 
 
 def setup(url: str) -> None:
-    setup_django(url, {"DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"}, "POLICIES": POLICIES})
+    setup_django(url, {"DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of"}, "POLICIES": POLICIES})
 
 
 def rate(func, ops: int) -> float:

@@ -34,8 +34,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.slow_proxy import start_proxy
-from tests.servers import free_port, start_redis
-from tests.workers import setup_django
+from tests.support.servers import free_port, start_redis
+from tests.support.workers import setup_django
 
 POLICY = {"limits": [{"name": "ip", "key": ["ip"], "rate": "1000000/s", "burst": 1000}], "on_failure": "open"}
 PACE = 0.0005  # seconds between decisions

@@ -19,8 +19,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.servers import start_redis
-from tests.workers import setup_django
+from tests.support.servers import start_redis
+from tests.support.workers import setup_django
 
 UNDER = {"rate": "1000000/s", "burst": 1000}  # the hot key stays under its limit
 OVER = {"rate": "2000/s", "burst": 100}  # the hot key is far over its limit

@@ -25,7 +25,7 @@ import statistics
 import time
 from dataclasses import asdict
 
-from tests.servers import start_redis
+from tests.support.servers import start_redis
 
 from .peers.contenders import FACTORIES, LOOSE, STRICT, build, setup_django
 from .peers.measure import Timing, commands, memory, over_admission, rounds

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_surfaces.py [--requests N]
 
-Starts its own redis-server on loopback (tests/servers.py). Part 1 sends the same
+Starts its own redis-server on loopback (tests/support/servers.py). Part 1 sends the same
 requests through Django's test Client to a view unlimited and limited by each surface
 (never denied), interleaved and best-of-rounds, and prints the ratios. Part 2 puts a
 TCP proxy that delays every Redis reply by 50 ms in front of the server, and sends 50
@@ -22,8 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 from benchmarks.slow_proxy import start_proxy  # noqa: E402
-from tests.servers import free_port, start_redis  # noqa: E402
-from tests.workers import setup_django  # noqa: E402
+from tests.support.servers import free_port, start_redis  # noqa: E402
+from tests.support.workers import setup_django  # noqa: E402
 
 DELAY = 0.050  # seconds the proxy holds each Redis reply
 CONCURRENCY = 50

@@ -26,7 +26,7 @@ def setup(redis_url: str, db: str) -> None:
         CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}},
         USE_TZ=True,
         DJANGO_GCRA={
-            "DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"},
+            "DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of"},
             "POLICIES": {
                 "api": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "1000000/s", "burst": 1000000},
                                    {"name": "user", "key": ["tenant", "user"], "rate": "1000000/s"}]},
@@ -54,7 +54,7 @@ def per_call(policy: str, descriptors: dict, calls: int) -> float:
 def main() -> None:
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
     rounds = 5
-    from tests.servers import start_redis
+    from tests.support.servers import start_redis
 
     server = start_redis()
     try:

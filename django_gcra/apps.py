@@ -9,12 +9,10 @@ class DjangoGCRAConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        # The system checks; override invalidation; and the observers of every decision
+        # (the audit trail and metrics; the limiter knows neither).
+        from . import audit, checks, metrics, overrides  # noqa: F401
         from . import drf_checks  # noqa: F401  (DRF's throttle settings; imports DRF only when checking)
-
-        # The policy plane: its checks, override invalidation, and the observers of every
-        # decision (the audit trail and metrics; the limiter knows neither).
-        from . import audit, metrics, overrides, plane_checks  # noqa: F401
         from .signals import observers
 
         override_model = self.get_model("LimitOverride")

@@ -1,9 +1,9 @@
 """The audit trail, off the request path.
 
 An observer of every decision (``signals.observers``) records denials (``denied``), shadow would-denies
-(``shadow_denied``) and local-fallback denials (``fallback_denied``; a closed policy's
-``unavailable`` answer is not a rate-limit denial and is only counted in metrics) into
-an in-memory buffer. Records are coalesced per (policy, limit, key, outcome): a flood of
+(``shadow_denied``) and the denials made without the store (``fallback_denied``: the
+local fallback's, and a ``closed`` policy's refusals while the store is unreachable,
+whose limit is blank) into an in-memory buffer. Records are coalesced per (policy, limit, key, outcome): a flood of
 denials for one key is one buffer entry with a count. A background thread writes the
 buffer every ``AUDIT['FLUSH_INTERVAL']`` seconds with one ``bulk_create``, so a flush
 interval yields at most one row per (policy, limit, key, outcome). The buffer holds at
@@ -25,39 +25,23 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from .conf import get_config, setting
+from .conf import get_settings
 from .decision import Decision
+from .keys import escape
 from .metrics import audit_dropped, audit_failed, outcome_of
 
-__all__ = ["AUDIT_DEFAULTS", "AuditRecorder", "audit_setting", "key_of", "on_decision", "recorder"]
+__all__ = ["AuditRecorder", "key_of", "on_decision", "recorder"]
 
 logger = logging.getLogger("django_gcra")
 
-AUDIT_DEFAULTS: dict[str, Any] = {
-    "ENABLED": True,
-    "FLUSH_INTERVAL": 2.0,  # seconds between writes
-    "MAX_BUFFER": 10_000,  # distinct (policy, limit, key, outcome) entries held between writes
-    "RETENTION_DAYS": 30,  # gcra_prune_audit deletes older rows
-}
 AUDITED = frozenset({"denied", "shadow_denied", "fallback_denied"})
 MAX_KEY = 255
 
 
-def audit_setting(name: str) -> Any:
-    """One ``AUDIT`` value; a value of the wrong type (system check E030) gives the default."""
-    default = AUDIT_DEFAULTS[name]
-    value = setting("AUDIT")
-    value = (value if isinstance(value, Mapping) else {}).get(name, default)
-    if isinstance(default, bool):
-        return value if isinstance(value, bool) else default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return default
-    return value if (value >= 0 if name == "RETENTION_DAYS" else value > 0) else default
-
-
 def key_of(descriptors: Mapping[str, str]) -> str:
-    """``name=value,...`` in name order; too long: a prefix and a digest, still unique."""
-    key = ",".join(f"{name}={descriptors[name]}" for name in sorted(descriptors))
+    """``name=value,...`` in name order, each value escaped as in a Redis key (so no value
+    can forge a separator); too long: a prefix and a digest, still unique."""
+    key = ",".join(f"{name}={escape(descriptors[name])}" for name in sorted(descriptors))
     if len(key) > MAX_KEY:
         digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         key = f"{key[:MAX_KEY - 17]}~{digest}"
@@ -66,7 +50,7 @@ def key_of(descriptors: Mapping[str, str]) -> str:
 
 def _identifying(decision: Decision) -> dict[str, str]:
     """The descriptors of the binding limit's key: who was (or would have been) denied."""
-    policy = get_config().policies.get(decision.policy)
+    policy = get_settings().policies.get(decision.policy)
     limit = next((lim for lim in policy.limits if lim.name == decision.limit), None) if policy else None
     names = limit.key if limit else decision.descriptors
     return {n: decision.descriptors[n] for n in names if n in decision.descriptors}
@@ -89,12 +73,13 @@ class AuditRecorder:
         self.lock = threading.Lock()
         self.dropped = 0  # records lost to a full buffer or a failed write
         self.failures = 0  # failed writes
-        self.written = 0  # rows written
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
     def record(self, decision: Decision, request: Any = None) -> None:
         outcome = outcome_of(decision)
+        if outcome == "unavailable":  # failing closed: refused without the store
+            outcome = "fallback_denied"
         if outcome not in AUDITED:
             return
         descriptors = _identifying(decision)
@@ -104,7 +89,7 @@ class AuditRecorder:
         with self.lock:
             entry = self.buffer.get(bucket)
             if entry is None:
-                if len(self.buffer) >= int(audit_setting("MAX_BUFFER")):
+                if len(self.buffer) >= get_settings().audit.max_buffer:
                     self.dropped += 1
                     audit_dropped()
                     return
@@ -125,7 +110,7 @@ class AuditRecorder:
                 self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(float(audit_setting("FLUSH_INTERVAL"))):
+        while not self._stop.wait(_flush_interval()):
             try:
                 close_old_connections()  # the thread's own connection: drop it if broken or too old
             except Exception:
@@ -158,7 +143,6 @@ class AuditRecorder:
             logger.error("django_gcra: audit write failed; %d rows (%d records) lost", len(batch), lost,
                          exc_info=traceback)
             return 0
-        self.written += len(rows)
         return len(rows)
 
     @staticmethod
@@ -173,6 +157,13 @@ class AuditRecorder:
         )
 
 
+def _flush_interval() -> float:
+    try:
+        return get_settings().audit.flush_interval
+    except Exception:  # settings in error (the checks say which): keep flushing at the default
+        return 2.0
+
+
 recorder = AuditRecorder()
 
 
@@ -181,7 +172,7 @@ def on_decision(sender: Any, decision: Decision, request: Any = None, **kwargs: 
     if decision.allowed and not decision.shadow:
         return  # the common case, kept off every other cost
     try:
-        if audit_setting("ENABLED"):
+        if get_settings().audit.enabled:
             recorder.record(decision, request)
     except Exception:
         logger.exception("django_gcra: could not record an audit event")

@@ -1,4 +1,10 @@
-"""System checks; every ID is listed in docs/reference/checks.md."""
+"""The system checks, registered in one place; every ID is in ``codes.Codes`` and listed
+in docs/reference/checks.md.
+
+The settings' own problems come from ``conf.problems()``; the checks here add what needs
+the rest of the project: importing the named callables, the URLconf, the middleware
+order, and (with ``--database``) the overrides table.
+"""
 
 from __future__ import annotations
 
@@ -6,117 +12,55 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
+from django.urls import URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
-from .conf import get_problems, setting
+from .codes import Codes, Problem
+from .conf import get_settings, problems
+
+__all__ = ["check_overrides", "check_settings"]
+
+MIDDLEWARE = "django_gcra.middleware.RateLimitMiddleware"
+AUTH_MIDDLEWARE = "django.contrib.auth.middleware.AuthenticationMiddleware"
+
+
+def _message(problem: Problem) -> checks.CheckMessage:
+    kind = checks.Error if problem.is_error else checks.Warning
+    return kind(problem.msg, hint=problem.hint, id=problem.id)
 
 
 @checks.register("django_gcra")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    messages: list[checks.CheckMessage] = []
-    for problem in get_problems():
-        kind = checks.Error if problem.is_error else checks.Warning
-        messages.append(kind(problem.msg, hint=problem.hint, id=problem.id))
-    messages += _check_cache()
-    messages += _check_descriptors()
-    messages += _check_resilience()
-    messages += _check_leases()
-    return messages
+    found = list(problems())
+    if not any(p.is_error for p in found):
+        found += _callables() + _routed_views() + _middleware()
+    return [_message(p) for p in found]
 
 
-def _check_cache() -> list[checks.CheckMessage]:
-    alias = setting("CACHE_ALIAS")
-    caches = getattr(settings, "CACHES", {})
-    if alias not in caches:
-        return [checks.Error(f"DJANGO_GCRA['CACHE_ALIAS'] is {alias!r}, which is not in CACHES.",
-                             hint="Name a django-redis cache alias.", id="django_gcra.E006")]
-    backend = caches[alias].get("BACKEND", "")
+def _callables() -> list[Problem]:
+    config = get_settings()
+    found = []
+    for name, path in config.descriptors.items():
+        if not _importable(path):
+            found.append(Problem(Codes.BAD_DESCRIPTOR_PATH, f"DJANGO_GCRA['DESCRIPTORS'][{name!r}]: {path!r} does "
+                                 "not import, or is not callable.",
+                                 "Give a dotted path to a callable taking the request."))
+    if config.denied_view and not _importable(config.denied_view):
+        found.append(Problem(Codes.BAD_DENIED_VIEW, f"DJANGO_GCRA['DENIED_VIEW'] {config.denied_view!r} does not "
+                             "import, or is not callable.",
+                             "Give a dotted path to a callable (request, decision) -> HttpResponse."))
+    return found
+
+
+def _importable(path: Any) -> bool:
     try:
-        from django_redis.cache import RedisCache
-
-        ok = issubclass(import_string(backend), RedisCache)
-    except ImportError:
-        ok = False
-    if not ok:
-        return [checks.Error(f"CACHES[{alias!r}] uses {backend!r}, not django-redis.",
-                             hint="Set its BACKEND to 'django_redis.cache.RedisCache'.", id="django_gcra.E007")]
-    return []
+        return callable(import_string(path))
+    except (ImportError, TypeError, ValueError):
+        return False
 
 
-def _check_descriptors() -> list[checks.CheckMessage]:
-    from .identity import resolve_custom
-
-    messages: list[checks.CheckMessage] = []
-    custom = setting("DESCRIPTORS")
-    for name, path in (custom.items() if isinstance(custom, dict) else []):
-        try:
-            resolve_custom(path)
-        except ImportError as exc:
-            messages.append(checks.Error(f"DJANGO_GCRA['DESCRIPTORS'][{name!r}]: {exc}",
-                                         hint="Give a dotted path to a callable taking the request.",
-                                         id="django_gcra.E013"))
-    return messages
-
-
-# Surfaces (issue 3): headers, denied view, identity, ROUTES, @ratelimit. IDs E020-E029, W020-W029.
-@checks.register("django_gcra")
-def check_surfaces(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from django.core.exceptions import ImproperlyConfigured
-
-    from .conf import get_config
-    from .http import STYLES
-    from .middleware import parse_routes
-
-    errors: list[checks.CheckMessage] = []
-    if setting("HEADERS") not in STYLES:
-        errors.append(checks.Error(f"DJANGO_GCRA['HEADERS'] is {setting('HEADERS')!r}.",
-                                   hint=f"Use one of {', '.join(STYLES)}.", id="django_gcra.E020"))
-    if setting("DENIED_VIEW"):
-        try:
-            if not callable(import_string(setting("DENIED_VIEW"))):
-                raise ImportError("not callable")
-        except ImportError as exc:
-            errors.append(checks.Error(f"DJANGO_GCRA['DENIED_VIEW'] {setting('DENIED_VIEW')!r}: {exc}",
-                                       hint="Give a dotted path to a callable (request, decision) -> HttpResponse.",
-                                       id="django_gcra.E021"))
-    prefix = setting("IPV6_PREFIX")
-    if isinstance(prefix, bool) or not isinstance(prefix, int) or not 0 <= prefix <= 128:
-        errors.append(checks.Error(f"DJANGO_GCRA['IPV6_PREFIX'] is {prefix!r}; use an int from 0 to 128.",
-                                   id="django_gcra.E022"))
-    hops = setting("TRUSTED_PROXIES")
-    if isinstance(hops, bool) or not isinstance(hops, int) or hops < 0:
-        errors.append(checks.Error(f"DJANGO_GCRA['TRUSTED_PROXIES'] is {hops!r}; use the number of proxy hops "
-                                   "in front of Django (0 for none).", id="django_gcra.E023"))
-    problems: list[Any] = []
-    routes = parse_routes(setting("ROUTES"), problems)
-    errors += [checks.Error(p.msg, hint=p.hint, id=p.id) for p in problems]
-    try:
-        known = set(get_config().policies)
-    except ImproperlyConfigured:
-        return errors  # the policy errors are reported by check_settings
-    for route in routes:
-        if route.policy not in known:
-            errors.append(checks.Error(f"DJANGO_GCRA['ROUTES'] names unknown policy {route.policy!r}.",
-                                       hint="Add it to DJANGO_GCRA['POLICIES'].", id="django_gcra.E025"))
-    for name in sorted(_routed_policies() - known):
-        errors.append(checks.Error(f"A routed view's ratelimit_policy ({name!r}) is an unknown policy.",
-                                   hint="Add it to DJANGO_GCRA['POLICIES'].", id="django_gcra.E026"))
-    middleware = list(getattr(settings, "MIDDLEWARE", None) or [])
-    ours = "django_gcra.middleware.RateLimitMiddleware"
-    if routes and ours not in middleware:
-        errors.append(checks.Warning("DJANGO_GCRA['ROUTES'] is set but RateLimitMiddleware is not in MIDDLEWARE.",
-                                     hint=f"Add {ours!r} to MIDDLEWARE.", id="django_gcra.W020"))
-    auth = "django.contrib.auth.middleware.AuthenticationMiddleware"
-    if ours in middleware and auth in middleware and middleware.index(ours) < middleware.index(auth):
-        errors.append(checks.Warning("RateLimitMiddleware comes before AuthenticationMiddleware, so the 'user' "
-                                     "descriptor is always missing there.",
-                                     hint="Move it after AuthenticationMiddleware.", id="django_gcra.W021"))
-    return errors
-
-
-def _routed_policies() -> set[str]:
+def _routed_views() -> list[Problem]:
     """``ratelimit_policy`` of every view in ROOT_URLCONF (@ratelimit views, DRF views)."""
-    from django.urls import URLResolver, get_resolver
 
     def walk(patterns: Any) -> Any:
         for pattern in patterns:
@@ -130,20 +74,40 @@ def _routed_policies() -> set[str]:
                     yield name
 
     try:
-        return set(walk(get_resolver().url_patterns))
+        named = set(walk(get_resolver().url_patterns))
     except Exception:  # a broken URLconf is reported by Django's own checks
-        return set()
+        return []
+    return [Problem(Codes.VIEW_UNKNOWN_POLICY, f"A routed view's ratelimit_policy ({name!r}) is an unknown policy.",
+                    "Add it to DJANGO_GCRA['POLICIES'].") for name in sorted(named - set(get_settings().policies))]
 
-def _check_resilience() -> list[checks.CheckMessage]:
-    """Timeouts, breaker and local fallback settings (django_gcra.E040-E049 / W040-W049)."""
-    from .backends.settings import problems
 
-    return [(checks.Error if p.is_error else checks.Warning)(p.msg, hint=p.hint, id=p.id) for p in problems()]
+def _middleware() -> list[Problem]:
+    middleware = list(getattr(settings, "MIDDLEWARE", None) or [])
+    found = []
+    if get_settings().routes and MIDDLEWARE not in middleware:
+        found.append(Problem(Codes.NO_MIDDLEWARE, "DJANGO_GCRA['ROUTES'] is set but RateLimitMiddleware is not in "
+                             "MIDDLEWARE.", f"Add {MIDDLEWARE!r} to MIDDLEWARE."))
+    if MIDDLEWARE in middleware and AUTH_MIDDLEWARE in middleware and (
+            middleware.index(MIDDLEWARE) < middleware.index(AUTH_MIDDLEWARE)):
+        found.append(Problem(Codes.MIDDLEWARE_BEFORE_AUTH, "RateLimitMiddleware comes before "
+                             "AuthenticationMiddleware, so the 'user' descriptor is always missing there.",
+                             "Move it after AuthenticationMiddleware."))
+    return found
 
-def _check_leases() -> list[checks.CheckMessage]:
-    value = setting("LEASE_MAX_KEYS")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        return [checks.Error(f"DJANGO_GCRA['LEASE_MAX_KEYS'] is {value!r}.",
-                             hint="Give the most leased keys a process keeps per policy: a positive int.",
-                             id="django_gcra.E053")]
-    return []
+
+@checks.register("django_gcra", checks.Tags.database)
+def check_overrides(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Overrides naming a policy or limit that settings no longer define (they are ignored)."""
+    if not databases or "default" not in databases:
+        return []
+    from .models import LimitOverride
+
+    try:
+        config = get_settings()
+        rows = list(LimitOverride.objects.filter(enabled=True).values_list("pk", "policy", "limit"))
+    except Exception:  # no table yet (before migrate), or settings in error (other checks say so)
+        return []
+    known = {(p.name, lim.name) for p in config.policies.values() for lim in p.limits}
+    return [_message(Problem(Codes.STALE_OVERRIDE, f"LimitOverride {pk} overrides {policy}.{limit}, which is not "
+                             "configured; it is ignored.", "Fix the override in the admin, or disable or delete it."))
+            for pk, policy, limit in rows if (policy, limit) not in known]

@@ -1,24 +1,38 @@
-"""The ``DJANGO_GCRA`` setting, read live.
+"""The ``DJANGO_GCRA`` setting: one typed, frozen ``Settings`` object built in one place.
 
-``setting(name)`` returns one value with its default; ``get_config()`` returns the
-parsed policies, cached until ``DJANGO_GCRA`` changes (``override_settings`` works).
+``get_settings()`` returns it (built on first use, rebuilt when ``DJANGO_GCRA`` or
+``CACHES`` changes, so ``override_settings`` works) and raises ``ImproperlyConfigured``
+if any setting is in error. ``problems()`` lists every finding (errors and warnings):
+the system checks are made from it. Parts that cache state derived from the settings
+register a callback with ``on_change``; the one ``setting_changed`` receiver here calls them.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
-from django.conf import settings
+from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
-from django.dispatch import receiver
 
-from .policy import Policy, Problem, parse_policy
+from .codes import Codes, Problem
+from .policy import Policy, parse_policy
+from .routes import Route, parse_routes
+from .validation import is_int, is_number
 
-__all__ = ["DEFAULTS", "Config", "setting", "get_config", "get_problems"]
+__all__ = ["DEFAULTS", "AUDIT_DEFAULTS", "AuditSettings", "BreakerSettings", "Settings", "get_settings",
+           "problems", "on_change"]
+
+AUDIT_DEFAULTS: dict[str, Any] = {
+    "ENABLED": True,
+    "FLUSH_INTERVAL": 2.0,  # seconds between writes
+    "MAX_BUFFER": 10_000,  # distinct (policy, limit, key, outcome) entries held between writes
+    "RETENTION_DAYS": 30,  # gcra_prune_audit deletes older rows
+}
+BREAKER_DEFAULTS: dict[str, Any] = {"failures": 5, "cooldown": 1.0}
 
 DEFAULTS: dict[str, Any] = {
     "CACHE_ALIAS": "default",
@@ -31,8 +45,8 @@ DEFAULTS: dict[str, Any] = {
     # Policy plane (overrides, audit): docs/policy-plane.md
     "OVERRIDE_REFRESH": 1.0,  # seconds between checks of the override version stamp in Redis
     "OVERRIDE_TTL": 30.0,  # seconds after which overrides are reloaded even if the stamp is unreadable
-    "AUDIT": {},  # merged over audit.AUDIT_DEFAULTS
-    # surfaces (issue 3)
+    "AUDIT": AUDIT_DEFAULTS,
+    # Surfaces: docs/surfaces/
     "HEADERS": "draft-11",  # draft-11 | draft-03 | x-ratelimit | none
     "DENIED_VIEW": None,  # dotted path: (request, decision) -> HttpResponse
     "IPV6_PREFIX": 64,  # IPv6 clients are grouped by this network prefix
@@ -40,87 +54,328 @@ DEFAULTS: dict[str, Any] = {
     # breaker per endpoint, and the per-process local fallback.
     "TIMEOUT": 10,
     "CONNECT_TIMEOUT": None,  # None: same as TIMEOUT
-    "BREAKER": {"failures": 5, "cooldown": 1.0},
+    "BREAKER": BREAKER_DEFAULTS,
     "FALLBACK_PROCESSES": 1,
     "FALLBACK_LOG_INTERVAL": 10.0,
-    "LEASE_MAX_KEYS": 10_000,  # leased keys kept per policy and process (leases.py)
+    "LEASE_MAX_KEYS": 10_000,  # leased keys kept per policy and process
 }
 
-
-def _user_settings() -> Mapping[str, Any]:
-    value = getattr(settings, "DJANGO_GCRA", {})
-    return value if isinstance(value, Mapping) else {}
-
-
-def setting(name: str) -> Any:
-    """One ``DJANGO_GCRA`` value, or its default."""
-    return _user_settings().get(name, DEFAULTS[name])
+HEADER_STYLES = ("draft-11", "draft-03", "x-ratelimit", "none")
+SLOW_TIMEOUT_MS = 1000  # above this a slow Redis visibly stalls every request (W040)
+MAX_SECONDS = 86_400.0  # the longest interval any timing setting may have
+MIN_FLUSH_INTERVAL = 0.05  # seconds; a shorter audit flush interval is a busy loop
 
 
 @dataclass(frozen=True)
-class Config:
-    prefix: str
-    cache_alias: str
-    policies: Mapping[str, Policy]
+class AuditSettings:
+    enabled: bool = True
+    flush_interval: float = 2.0
+    max_buffer: int = 10_000
+    retention_days: float = 30
 
 
-@functools.cache
-def _load() -> tuple[Config, tuple[Problem, ...]]:
-    problems: list[Problem] = []
-    raw = getattr(settings, "DJANGO_GCRA", {})
-    if not isinstance(raw, Mapping):
-        problems.append(Problem("django_gcra.E001", "DJANGO_GCRA must be a dict."))
-        raw = {}
+@dataclass(frozen=True)
+class BreakerSettings:
+    failures: int = 5  # consecutive failures that open the circuit
+    cooldown: float = 1.0  # seconds before a probe
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every ``DJANGO_GCRA`` value, validated, with its default. Times are in seconds."""
+
+    cache_alias: str = "default"
+    prefix: str = "rl"
+    descriptors: Mapping[str, str] = field(default_factory=dict)  # name -> dotted path
+    policies: Mapping[str, Policy] = field(default_factory=dict)
+    routes: tuple[Route, ...] = ()
+    trusted_proxies: int = 0
+    default_tier: str | None = None
+    override_refresh: float = 1.0
+    override_ttl: float = 30.0
+    audit: AuditSettings = AuditSettings()
+    headers: str = "draft-11"
+    denied_view: str | None = None
+    ipv6_prefix: int = 64
+    timeout: float = 0.010
+    connect_timeout: float = 0.010
+    breaker: BreakerSettings = BreakerSettings()
+    fallback_processes: int = 1
+    fallback_log_interval: float = 10.0
+    lease_max_keys: int = 10_000
+
+
+class _Reader:
+    """Reads one raw mapping, recording a problem for each bad value (and using the default)."""
+
+    def __init__(self, raw: Mapping[str, Any], found: list[Problem]) -> None:
+        self.raw, self.found = raw, found
+
+    def get(self, name: str) -> Any:
+        return self.raw.get(name, DEFAULTS[name])
+
+    def seconds(self, name: str, code: str, minimum: float = 0.0) -> float:
+        value = self.get(name)
+        if not is_number(value, minimum, strict=True, maximum=MAX_SECONDS):
+            self.found.append(Problem(code, f"DJANGO_GCRA[{name!r}] is {value!r}; it must be a finite number of "
+                                      f"seconds above {minimum:g} and at most {MAX_SECONDS:g}."))
+            return float(DEFAULTS[name])
+        return float(value)
+
+
+def _dict(value: Any, where: str, found: list[Problem]) -> Mapping[str, Any]:
+    if isinstance(value, Mapping):
+        return value
+    found.append(Problem(Codes.NOT_A_DICT, f"{where} must be a dict."))
+    return {}
+
+
+def _build() -> tuple[Settings, tuple[Problem, ...]]:
+    found: list[Problem] = []
+    raw = _dict(getattr(django_settings, "DJANGO_GCRA", {}), "DJANGO_GCRA", found)
     for unknown in sorted(set(raw) - set(DEFAULTS), key=str):
-        problems.append(Problem("django_gcra.W001", f"DJANGO_GCRA has an unknown setting {unknown!r}.",
-                                "Check the spelling against the settings reference."))
-    prefix = raw.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"])
+        found.append(Problem(Codes.UNKNOWN_SETTING, f"DJANGO_GCRA has an unknown setting {unknown!r}.",
+                             "Check the spelling against the settings reference."))
+    read = _Reader(raw, found)
+    prefix = read.get("KEY_PREFIX")
     if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}"):
-        problems.append(Problem("django_gcra.E010", f"DJANGO_GCRA['KEY_PREFIX'] {prefix!r} is not valid.",
-                                "Use a non-empty string without braces."))
-    custom = raw.get("DESCRIPTORS", {})
-    if not isinstance(custom, Mapping):
-        problems.append(Problem("django_gcra.E001", "DJANGO_GCRA['DESCRIPTORS'] must be a dict."))
-        custom = {}
-    raw_policies = raw.get("POLICIES", {})
-    if not isinstance(raw_policies, Mapping):
-        problems.append(Problem("django_gcra.E001", "DJANGO_GCRA['POLICIES'] must be a dict."))
-        raw_policies = {}
-    policies = {}
+        found.append(Problem(Codes.BAD_NAME, f"DJANGO_GCRA['KEY_PREFIX'] {prefix!r} is not valid.",
+                             "Use a non-empty string without braces."))
+        prefix = DEFAULTS["KEY_PREFIX"]
+    descriptors = dict(_dict(read.get("DESCRIPTORS"), "DJANGO_GCRA['DESCRIPTORS']", found))
+    policies: dict[str, Policy] = {}
+    raw_policies = _dict(read.get("POLICIES"), "DJANGO_GCRA['POLICIES']", found)
     for name, raw_policy in raw_policies.items():
-        policy = parse_policy(name, raw_policy, custom, problems)
+        policy = parse_policy(name, raw_policy, descriptors, found)
         if policy is not None:
             policies[name] = policy
-    default_tier = raw.get("DEFAULT_TIER")
+    default_tier = read.get("DEFAULT_TIER")
+    if default_tier is not None and not isinstance(default_tier, str):
+        found.append(Problem(Codes.BAD_DEFAULT_TIER, f"DJANGO_GCRA['DEFAULT_TIER'] is {default_tier!r}; "
+                             "give a tier name (a string) or None."))
+        default_tier = None
+    found += _tier_problems(policies, default_tier)
+    routes = parse_routes(read.get("ROUTES"), found)
+    for route in routes:
+        if route.policy not in raw_policies:  # a policy in error is reported as such, not as unknown
+            found.append(Problem(Codes.ROUTE_UNKNOWN_POLICY, f"DJANGO_GCRA['ROUTES'] names unknown policy "
+                                 f"{route.policy!r}.", "Add it to DJANGO_GCRA['POLICIES']."))
+    surfaces = _surface_settings(read)
+    timing = _timing_settings(read)
+    fallback_processes = read.get("FALLBACK_PROCESSES")
+    if not is_int(fallback_processes, 1):
+        found.append(Problem(Codes.BAD_FALLBACK_PROCESSES, f"DJANGO_GCRA['FALLBACK_PROCESSES'] is "
+                             f"{fallback_processes!r}; it must be an integer >= 1 (the number of processes "
+                             "sharing a limit)."))
+        fallback_processes = 1
+    elif fallback_processes == 1:
+        found += _local_fallback_problems(policies)
+    log_interval = read.get("FALLBACK_LOG_INTERVAL")
+    if not is_number(log_interval, 0, maximum=MAX_SECONDS):
+        found.append(Problem(Codes.BAD_FALLBACK_LOG_INTERVAL, f"DJANGO_GCRA['FALLBACK_LOG_INTERVAL'] is "
+                             f"{log_interval!r}; it must be a finite number of seconds >= 0."))
+        log_interval = DEFAULTS["FALLBACK_LOG_INTERVAL"]
+    max_keys = read.get("LEASE_MAX_KEYS")
+    if not is_int(max_keys, 1):
+        found.append(Problem(Codes.BAD_LEASE_MAX_KEYS, f"DJANGO_GCRA['LEASE_MAX_KEYS'] is {max_keys!r}.",
+                             "Give the most leased keys a process keeps per policy: a positive int."))
+        max_keys = DEFAULTS["LEASE_MAX_KEYS"]
+    cache_alias = read.get("CACHE_ALIAS")
+    found += _cache_problems(cache_alias)
+    built = Settings(
+        cache_alias=str(cache_alias), prefix=prefix, descriptors=MappingProxyType(descriptors),
+        policies=MappingProxyType(policies), routes=routes, default_tier=default_tier,
+        fallback_processes=fallback_processes, fallback_log_interval=float(log_interval), lease_max_keys=max_keys,
+        **surfaces, **timing)
+    return built, tuple(found)
+
+
+def _tier_problems(policies: Mapping[str, Policy], default_tier: str | None) -> list[Problem]:
+    out = []
     for policy in policies.values():
         for limit in policy.limits:
             if limit.tiered and default_tier is not None and default_tier not in limit.rates:
-                problems.append(Problem(
-                    "django_gcra.E015", f"DEFAULT_TIER {default_tier!r} has no rate in policy {policy.name!r}, "
+                out.append(Problem(
+                    Codes.BAD_DEFAULT_TIER, f"DEFAULT_TIER {default_tier!r} has no rate in policy {policy.name!r}, "
                     f"limit {limit.name!r} (tiers: {', '.join(map(str, limit.rates))}).",
                     "Give every tiered limit a rate for the default tier."))
-    config = Config(str(prefix), raw.get("CACHE_ALIAS", DEFAULTS["CACHE_ALIAS"]), policies)
-    return config, tuple(problems)
+    return out
 
 
-def get_problems() -> tuple[Problem, ...]:
+def _surface_settings(read: _Reader) -> dict[str, Any]:
+    found = read.found
+    values: dict[str, Any] = {}
+    headers = read.get("HEADERS")
+    if headers not in HEADER_STYLES:
+        found.append(Problem(Codes.BAD_HEADERS, f"DJANGO_GCRA['HEADERS'] is {headers!r}.",
+                             f"Use one of {', '.join(HEADER_STYLES)}."))
+        headers = DEFAULTS["HEADERS"]
+    values["headers"] = headers
+    denied_view = read.get("DENIED_VIEW")
+    if denied_view is not None and (not isinstance(denied_view, str) or not denied_view):
+        found.append(Problem(Codes.BAD_DENIED_VIEW, f"DJANGO_GCRA['DENIED_VIEW'] is {denied_view!r}.",
+                             "Give a dotted path to a callable (request, decision) -> HttpResponse, or None."))
+        denied_view = None
+    values["denied_view"] = denied_view or None
+    prefix = read.get("IPV6_PREFIX")
+    if not is_int(prefix, 0, 128):
+        found.append(Problem(Codes.BAD_IPV6_PREFIX, f"DJANGO_GCRA['IPV6_PREFIX'] is {prefix!r}; use an int from "
+                             "0 to 128."))
+        prefix = DEFAULTS["IPV6_PREFIX"]
+    values["ipv6_prefix"] = prefix
+    hops = read.get("TRUSTED_PROXIES")
+    if not is_int(hops, 0, 64):
+        found.append(Problem(Codes.BAD_TRUSTED_PROXIES, f"DJANGO_GCRA['TRUSTED_PROXIES'] is {hops!r}; use the "
+                             "number of proxy hops in front of Django (0 for none)."))
+        hops = 0
+    values["trusted_proxies"] = hops
+    return values
+
+
+def _timing_settings(read: _Reader) -> dict[str, Any]:
+    found = read.found
+    refresh = read.seconds("OVERRIDE_REFRESH", Codes.BAD_OVERRIDE_TIMING)
+    ttl = read.seconds("OVERRIDE_TTL", Codes.BAD_OVERRIDE_TIMING)
+    if ttl < refresh:
+        found.append(Problem(
+            Codes.OVERRIDE_TTL_SHORT, f"DJANGO_GCRA['OVERRIDE_TTL'] ({ttl:g}) is shorter than OVERRIDE_REFRESH "
+            f"({refresh:g}): every check of the version stamp reloads the overrides from the database.",
+            "Keep OVERRIDE_TTL well above OVERRIDE_REFRESH (defaults: 30 and 1)."))
+    timeouts = {}
+    for name in ("TIMEOUT", "CONNECT_TIMEOUT"):
+        value = read.get(name)
+        if value is None and name == "CONNECT_TIMEOUT":
+            value = timeouts.get("TIMEOUT", DEFAULTS["TIMEOUT"])
+        elif not is_number(value, 0, strict=True, maximum=MAX_SECONDS * 1000):
+            found.append(Problem(Codes.BAD_TIMEOUT, f"DJANGO_GCRA[{name!r}] is {value!r}; it must be a finite, "
+                                 "positive number of milliseconds.", "The default is 10 (ms)."))
+            value = DEFAULTS["TIMEOUT"]
+        elif value > SLOW_TIMEOUT_MS:
+            found.append(Problem(Codes.SLOW_TIMEOUT, f"DJANGO_GCRA[{name!r}] is {value} ms: while Redis is slow, "
+                                 "every rate-limited request can wait that long.",
+                                 f"Keep the limiter's timeouts at a few ms (at most {SLOW_TIMEOUT_MS})."))
+        timeouts[name] = value
+    return {"override_refresh": refresh, "override_ttl": ttl, "audit": _audit(read),
+            "breaker": _breaker(read), "timeout": timeouts["TIMEOUT"] / 1000,
+            "connect_timeout": timeouts["CONNECT_TIMEOUT"] / 1000}
+
+
+def _audit(read: _Reader) -> AuditSettings:
+    raw = read.raw.get("AUDIT", {})
+    if not isinstance(raw, Mapping):
+        read.found.append(Problem(Codes.BAD_AUDIT, "DJANGO_GCRA['AUDIT'] must be a dict."))
+        return AuditSettings()
+    for key in sorted(set(raw) - set(AUDIT_DEFAULTS), key=str):
+        read.found.append(Problem(Codes.BAD_AUDIT, f"DJANGO_GCRA['AUDIT'] has an unknown key {key!r}.",
+                                  f"Use {', '.join(AUDIT_DEFAULTS)}."))
+    valid = {
+        "ENABLED": (lambda v: isinstance(v, bool), "True or False"),
+        "FLUSH_INTERVAL": (lambda v: is_number(v, MIN_FLUSH_INTERVAL, maximum=MAX_SECONDS),
+                           f"a finite number of seconds from {MIN_FLUSH_INTERVAL} to {MAX_SECONDS:g}"),
+        "MAX_BUFFER": (lambda v: is_int(v, 1), "an integer >= 1"),
+        "RETENTION_DAYS": (lambda v: is_number(v, 0, maximum=100_000), "a finite number of days >= 0"),
+    }
+    values = dict(AUDIT_DEFAULTS)
+    for key, (ok, expected) in valid.items():
+        if key in raw:
+            if ok(raw[key]):
+                values[key] = raw[key]
+            else:
+                read.found.append(Problem(Codes.BAD_AUDIT, f"DJANGO_GCRA['AUDIT'][{key!r}] is {raw[key]!r}; it "
+                                          f"must be {expected}."))
+    return AuditSettings(values["ENABLED"], float(values["FLUSH_INTERVAL"]), values["MAX_BUFFER"],
+                         values["RETENTION_DAYS"])
+
+
+def _breaker(read: _Reader) -> BreakerSettings:
+    raw = read.raw.get("BREAKER", BREAKER_DEFAULTS)
+    failures = raw.get("failures", 5) if isinstance(raw, Mapping) else None
+    cooldown = raw.get("cooldown", 1.0) if isinstance(raw, Mapping) else None
+    if (not isinstance(raw, Mapping) or set(raw) - set(BREAKER_DEFAULTS) or not is_int(failures, 1)
+            or not is_number(cooldown, 0, strict=True, maximum=MAX_SECONDS)):
+        read.found.append(Problem(Codes.BAD_BREAKER, f"DJANGO_GCRA['BREAKER'] is {raw!r}; it must be "
+                                  "{'failures': int >= 1, 'cooldown': finite seconds > 0}."))
+        return BreakerSettings()
+    return BreakerSettings(failures, float(cooldown))  # type: ignore[arg-type]
+
+
+def _local_fallback_problems(policies: Mapping[str, Policy]) -> list[Problem]:
+    return [Problem(
+        Codes.LOCAL_FULL_RATE, f"Policy {policy.name!r} limit {limit.name!r} fails over to a local limit at its "
+        "full rate: while Redis is down every process admits the whole limit.",
+        "Set DJANGO_GCRA['FALLBACK_PROCESSES'] to the number of processes, or give the limit a 'fallback_rate'.")
+        for policy in policies.values() if policy.on_failure == "local"
+        for limit in policy.limits if limit.fallback_rate is None]
+
+
+def _cache_problems(alias: Any) -> list[Problem]:
+    caches = getattr(django_settings, "CACHES", {})
+    if not isinstance(alias, str) or alias not in caches:
+        return [Problem(Codes.CACHE_MISSING, f"DJANGO_GCRA['CACHE_ALIAS'] is {alias!r}, which is not in CACHES.",
+                        "Name a django-redis cache alias.")]
+    config = caches[alias]
+    backend = config.get("BACKEND", "")
+    from django.utils.module_loading import import_string
+    from django_redis.cache import RedisCache
+
+    try:
+        ok = isinstance(backend, str) and issubclass(import_string(backend), RedisCache)
+    except ImportError:
+        ok = False
+    if not ok:
+        return [Problem(Codes.CACHE_NOT_REDIS, f"CACHES[{alias!r}] uses {backend!r}, not django-redis.",
+                        "Set its BACKEND to 'django_redis.cache.RedisCache'.")]
+    from .backends.cluster import is_cluster_client, startup_nodes
+
+    if is_cluster_client(config.get("OPTIONS", {}).get("CLIENT_CLASS")):
+        try:
+            startup_nodes(config.get("LOCATION", ""))
+        except ValueError as exc:
+            return [Problem(Codes.BAD_CLUSTER_NODES, f"{exc} (CACHES[{alias!r}]['LOCATION'])",
+                            "List the cluster's startup nodes as redis://host:port URLs.")]
+    return []
+
+
+_current: tuple[Settings, tuple[Problem, ...]] | None = None
+_listeners: list[Callable[[], None]] = []
+
+
+def _load() -> tuple[Settings, tuple[Problem, ...]]:
+    global _current
+    current = _current
+    if current is None:
+        current = _current = _build()
+    return current
+
+
+def problems() -> tuple[Problem, ...]:
+    """Every problem of the current settings: what the system checks report."""
     return _load()[1]
 
 
-def get_config() -> Config:
-    """The parsed configuration; raises ``ImproperlyConfigured`` if any setting is in error."""
-    config, problems = _load()
-    if problems and _first_error(problems) is not None:
-        error = _first_error(problems)
-        raise ImproperlyConfigured(f"{error.msg} ({error.id}; run 'manage.py check' for all problems)")
-    return config
+def get_settings() -> Settings:
+    """The current settings; ``ImproperlyConfigured`` if any of them is in error."""
+    current = _current if _current is not None else _load()
+    built, found = current
+    if found:
+        error = next((p for p in found if p.is_error), None)
+        if error is not None:
+            raise ImproperlyConfigured(f"{error.msg} ({error.id}; run 'manage.py check' for all problems)")
+    return built
 
 
-def _first_error(problems: tuple[Problem, ...]) -> Problem | None:
-    return next((p for p in problems if p.is_error), None)
+def on_change(callback: Callable[[], None]) -> Callable[[], None]:
+    """Call ``callback`` (no arguments) whenever the settings are rebuilt; returns it."""
+    _listeners.append(callback)
+    return callback
 
 
-@receiver(setting_changed)
 def _reload(*, setting: str, **kwargs: Any) -> None:
+    global _current
     if setting in ("DJANGO_GCRA", "CACHES"):
-        _load.cache_clear()
+        _current = None
+        for callback in _listeners:
+            callback()
+
+
+setting_changed.connect(_reload, dispatch_uid="django_gcra.conf")

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
+from .headers import quota_headers
 from .rates import Rate
 
 __all__ = ["Decision", "LimitState"]
@@ -38,7 +39,7 @@ class Decision(NamedTuple):
     allowed: bool
     retry_after: float  # seconds, exact; 0 when allowed; inf when never satisfiable
     remaining: int
-    limit: str  # the binding limit: the denying one, else the one with least remaining
+    limit: str  # the binding limit: the denying one, else the enforced one with least remaining
     policy: str
     cost: int = 1
     shadow: bool = False
@@ -60,6 +61,4 @@ class Decision(NamedTuple):
 
     def headers(self) -> dict[str, str]:
         """The quota headers for this decision (and ``Retry-After`` when denied)."""
-        from .http import quota_headers
-
         return quota_headers(self)

@@ -5,9 +5,12 @@
 
 Works on sync and async views (async ones use ``adecide``, which never blocks the
 event loop) and on class-based views through ``method_decorator``. ``request.ratelimit``
-always holds the Decision; with ``block=False`` a denied request still reaches the view.
-An inline limit is a one-limit policy named after the view (``view.<module>.<qualname>``
-unless ``name=`` is given), so two views never share a counter by accident.
+always holds a Decision (the most restrictive one when decorators are stacked; an
+allowed one with ``cost=0`` on a method the decorator skips); with ``block=False`` a
+denied request still reaches the view. An inline limit is a one-limit policy named after
+the view and its rate (``view.<module>.<qualname>.<rate>``, e.g.
+``view.shop.views.checkout.10-per-1s``, unless ``name=`` is given), so two views, or two
+decorators stacked on one view, never share a counter.
 """
 
 from __future__ import annotations
@@ -20,31 +23,49 @@ from typing import Any
 
 from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest
 
-from .conf import setting
-from .http import adenied_response, apply_quota_headers, denied_response
-from .identity import adescriptors_for, descriptor_names, descriptors_for
-from .limiter import adecide, decide, get_policy
-from .policy import Policy, Problem, parse_policy
+from .conf import get_settings, on_change
+from .plan import get_policy
+from .policy import Policy, build_policy
+from .rates import parse_rate
+from .surface import adecide_request, arespond, cost_of, decide_request, not_limited, respond
+from .validation import is_int
 
 __all__ = ["ratelimit"]
+
 
 @functools.lru_cache(maxsize=1024)
 def inline_policy(name: str, key: tuple[str, ...], rate: str, burst: int | None, mode: str,
                   on_failure: str) -> Policy:
-    """A one-limit Policy, validated by the settings parser; ImproperlyConfigured if bad."""
-    problems: list[Problem] = []
+    """A one-limit Policy (its limit is named ``view``), validated by the settings parser;
+    ImproperlyConfigured if bad."""
     raw = {"limits": [{"name": "view", "key": list(key), "rate": rate, "burst": burst}],
            "mode": mode, "on_failure": on_failure}
-    policy = parse_policy(name, raw, setting("DESCRIPTORS"), problems)
-    errors = [p for p in problems if p.is_error]
-    if errors or policy is None:
-        raise ImproperlyConfigured(f"@ratelimit: {errors[0].msg if errors else 'invalid limit'}")
-    return policy
+    where = f"@ratelimit(key={list(key)!r}, rate={rate!r}, burst={burst!r})"
+    return build_policy(name, raw, get_settings().descriptors, where)
 
 
-def view_policy_name(view: Callable[..., Any]) -> str:
-    """``view.<module>.<qualname>``, made a valid policy name (long ones end in a hash).
+on_change(inline_policy.cache_clear)  # DESCRIPTORS may have changed
+
+
+def _label(rate: str, burst: int | None, methods: frozenset[str] | None) -> str:
+    """What tells stacked inline limits apart: the rate (and burst and methods when given),
+    e.g. ``10-per-1s``; the last part of the policy's name."""
+    try:
+        parsed = parse_rate(rate)
+        label = f"{parsed.count}-per-{parsed.period}s"
+    except ValueError:
+        label = re.sub(r"[^A-Za-z0-9_.-]", "_", str(rate))[:20]
+    if burst is not None:
+        label += f"-b{burst}"
+    if methods:
+        label += "-" + "-".join(sorted(methods))
+    return label[:64]
+
+
+def view_policy_name(view: Callable[..., Any], label: str = "") -> str:
+    """``view.<module>.<qualname>[.<label>]``, made a valid policy name (long ones end in a hash).
 
     Under ``method_decorator`` the view is a partial of a bound method, whose qualname is
     the defining class's (``View.dispatch`` for every CBV): the instance's class is used.
@@ -55,14 +76,12 @@ def view_policy_name(view: Callable[..., Any]) -> str:
         raw = f"view.{cls.__module__}.{cls.__qualname__}.{getattr(view, '__name__', '')}"
     else:
         raw = f"view.{getattr(view, '__module__', '')}.{getattr(view, '__qualname__', repr(view))}"
+    if label:
+        raw += f".{label}"
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", raw)
     if len(name) > 64:
         name = name[:55] + "-" + hashlib.sha256(raw.encode()).hexdigest()[:8]
     return name
-
-
-def _cost_of(cost: int | Callable[[Any], int], request: Any) -> int:
-    return cost(request) if callable(cost) else cost
 
 
 def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = None, rate: str | None = None,
@@ -75,50 +94,47 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
     if policy is not None and (key is not None or burst is not None or name is not None):
         raise ImproperlyConfigured("@ratelimit(policy=...) takes its keys and burst from the policy; "
                                    "key=, burst= and name= are for inline limits.")
-    if not callable(cost) and (isinstance(cost, bool) or not isinstance(cost, int) or cost < 0):
+    if not callable(cost) and not is_int(cost, 0):
         raise ImproperlyConfigured(f"@ratelimit cost must be an int >= 0 or a callable, not {cost!r}")
     keys = (key,) if isinstance(key, str) else tuple(key or ("ip",))
-    if policy is None:
-        inline_policy(name or "inline", keys, rate, burst, mode, on_failure)  # validate now
     if isinstance(methods, str):
         methods = [methods]
     allowed_methods = frozenset(m.upper() for m in methods) if methods is not None else None
+    label = "" if rate is None else _label(rate, burst, allowed_methods)
+    if rate is not None:
+        inline_policy(name or "inline", keys, rate, burst, mode, on_failure)  # validate now
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
-        policy_name = name or view_policy_name(view)
+        policy_name = policy or name or view_policy_name(view, label)
 
         def resolve() -> Policy:
             if policy is not None:
                 return get_policy(policy)
-            return inline_policy(policy_name, keys, rate, burst, mode, on_failure)
+            return inline_policy(policy_name, keys, rate, burst, mode, on_failure)  # type: ignore[arg-type]
+
+        def skipped(request: HttpRequest) -> bool:
+            if allowed_methods is None or request.method in allowed_methods:
+                return False
+            not_limited(request, policy_name)
+            return True
 
         if iscoroutinefunction(view):
             @functools.wraps(view)
-            async def async_wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
-                if allowed_methods is not None and request.method not in allowed_methods:
+            async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                if skipped(request):
                     return await view(request, *args, **kwargs)
-                pol = resolve()
-                descriptors = await adescriptors_for(request, descriptor_names(pol))
-                decision = await adecide(pol, descriptors, _cost_of(cost, request), request=request)
-                request.ratelimit = decision
-                if block and not decision.allowed:
-                    return await adenied_response(request, decision)
-                return apply_quota_headers(await view(request, *args, **kwargs), decision)
+                decision = await adecide_request(request, resolve(), cost_of(cost, request))
+                return await arespond(request, decision, block, lambda: view(request, *args, **kwargs))
 
             async_wrapper.ratelimit_policy = policy  # type: ignore[attr-defined]  # for check E026
             return async_wrapper
 
         @functools.wraps(view)
-        def wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
-            if allowed_methods is not None and request.method not in allowed_methods:
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            if skipped(request):
                 return view(request, *args, **kwargs)
-            pol = resolve()
-            decision = decide(pol, descriptors_for(request, descriptor_names(pol)), _cost_of(cost, request),
-                              request=request)
-            request.ratelimit = decision
-            if block and not decision.allowed:
-                return denied_response(request, decision)
-            return apply_quota_headers(view(request, *args, **kwargs), decision)
+            decision = decide_request(request, resolve(), cost_of(cost, request))
+            return respond(request, decision, block, lambda: view(request, *args, **kwargs))
 
         wrapper.ratelimit_policy = policy  # type: ignore[attr-defined]  # for check E026
         return wrapper

@@ -17,21 +17,19 @@ import logging
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from .backends import BackendError, LimitSpec, Outcome
+from .backends.breaker import breakers
 from .backends.memory import MemoryBackend
-from .backends.settings import fallback_log_interval, fallback_processes
+from .conf import get_settings
+from .plan import Plan, PlannedLimit
 
-if TYPE_CHECKING:
-    from .limiter import Plan, _Planned
-
-__all__ = ["CLOSED", "on_failure", "stats", "status", "local_backend", "fallback_spec"]
+__all__ = ["UNAVAILABLE", "fallback_spec", "local_backend", "on_failure", "stats", "status"]
 
 logger = logging.getLogger("django_gcra")
 local_backend = MemoryBackend()  # the per-process store of on_failure="local"
 
-CLOSED = object()  # on_failure="closed": deny without a limit having been exceeded
+UNAVAILABLE = object()  # on_failure="closed": deny without a limit having been exceeded
 
 
 class FallbackStats:
@@ -53,7 +51,7 @@ class FallbackStats:
             self.last_error, self.last_at = f"{type(exc).__name__}: {exc}"[:200], time.time()
             self._unlogged[policy] += 1
             last = self._logged_at.get(policy)
-            if last is not None and now - last < fallback_log_interval():
+            if last is not None and now - last < get_settings().fallback_log_interval:
                 return None
             self._logged_at[policy] = now
             return self._unlogged.pop(policy)
@@ -80,23 +78,23 @@ class FallbackStats:
 stats = FallbackStats()
 
 
-def fallback_spec(spec: LimitSpec, planned: _Planned) -> LimitSpec:
+def fallback_spec(spec: LimitSpec, planned: PlannedLimit) -> LimitSpec:
     """The local limit of one limit: its ``fallback_rate`` (burst: the rate's count), or
     its own rate and burst shared by ``FALLBACK_PROCESSES`` processes."""
     if planned.limit.fallback_rate is not None:
         rate = planned.limit.fallback_rate
         return LimitSpec(spec.key, rate.interval, rate.count, spec.enforce)
-    processes = fallback_processes()
+    processes = get_settings().fallback_processes
     return LimitSpec(spec.key, spec.interval * processes, max(1, spec.burst // processes), spec.enforce)
 
 
 def on_failure(p: Plan, exc: BackendError) -> Outcome | object | None:
-    """The outcome the failure policy gives: None fails open, CLOSED fails closed."""
+    """The outcome the failure policy gives: None fails open, ``UNAVAILABLE`` fails closed."""
     mode = p.policy.on_failure
     if mode == "open":
         outcome: Outcome | object | None = None
     elif mode == "closed":
-        outcome = CLOSED
+        outcome = UNAVAILABLE
     else:
         outcome = local_backend.evaluate([fallback_spec(s, pl) for s, pl in zip(p.specs, p.limits)], p.cost)
     allowed = outcome is None or (isinstance(outcome, Outcome) and outcome.allowed)
@@ -110,6 +108,4 @@ def on_failure(p: Plan, exc: BackendError) -> Outcome | object | None:
 def status() -> dict[str, object]:
     """This process's fallback counters and circuit breakers, for a health check or a
     monitoring view inside the serving process (a management command is another process)."""
-    from .backends.breaker import breakers
-
     return {"fallback": stats.snapshot(), "breakers": breakers()}

@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from .conf import get_config
+from .conf import get_settings
 from .models import LimitOverride
 from .rates import parse_rate
 
@@ -21,7 +21,7 @@ class LimitOverrideForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        policies = get_config().policies
+        policies = get_settings().policies
         self.fields["policy"].choices = [(name, name) for name in sorted(policies)]
         self.fields["limit"].help_text = "; ".join(
             f"{p.name}: " + ", ".join(lim.name + " (key: " + "+".join(lim.key) + ")" for lim in p.limits)
@@ -44,7 +44,7 @@ class LimitOverrideForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        policy = get_config().policies.get(data.get("policy"))
+        policy = get_settings().policies.get(data.get("policy"))
         if policy is None:
             return data
         limit = data.get("limit")

@@ -1,22 +1,8 @@
-"""Client signalling: quota headers and the denied response, shared by every surface.
-
-Quota fields follow draft-ietf-httpapi-ratelimit-headers-11. For a limit of rate N
-per period P with burst B:
-
-- ``q`` (``X-RateLimit-Limit``) = B, the units a rested key admits at once;
-- ``w`` = the seconds B units take to refill (B * P / N, rounded up);
-- ``r`` (``X-RateLimit-Remaining``) = the units still available now;
-- ``t`` = the seconds until the key is fully rested; on a denial, the Retry-After.
-  ``X-RateLimit-Reset`` is the Unix time now + t.
-
-``RateLimit-Policy`` lists every limit evaluated; ``RateLimit`` names the binding one.
-The ``HEADERS`` setting picks the fields: ``draft-11`` (X-RateLimit-* and the two
-draft-11 fields), ``draft-03`` (X-RateLimit-* and RateLimit-Limit/-Remaining/-Reset),
-``x-ratelimit`` or ``none``. ``Retry-After`` (whole seconds, rounded up) is sent on
-every denial whatever the style, except when no wait can ever admit the request.
+"""The denied response and the quota headers on responses, shared by every surface.
 
 Denials: 429 Too Many Requests; 503 Service Unavailable when the policy fails closed
-because the store is unreachable (``Decision.unavailable``: no limit was exceeded).
+because the store is unreachable (``Decision.unavailable``: no limit was exceeded). The
+header fields themselves are rendered by ``headers.py``.
 """
 
 from __future__ import annotations
@@ -24,66 +10,25 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import math
-import time
+from collections.abc import Awaitable
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.cache import patch_vary_headers
 from django.utils.module_loading import import_string
 
-from .conf import setting
-from .decision import Decision, LimitState
+from .conf import get_settings, on_change
+from .decision import Decision
+from .headers import quota_headers, retry_after_header
 
-__all__ = ["STYLES", "quota_headers", "apply_quota_headers", "denial_status", "too_many_requests",
-           "denied_response", "adenied_response", "denial_message", "retry_after_header", "DRAFT"]
+__all__ = ["adenied_response", "apply_quota_headers", "denial_message", "denial_status", "denied_response",
+           "quota_headers", "retry_after_header", "too_many_requests"]
 
-DRAFT = "draft-ietf-httpapi-ratelimit-headers-11"
-STYLES = ("draft-11", "draft-03", "x-ratelimit", "none")
 PROBLEM_TYPES = "https://iana.org/assignments/http-problem-types#"
 
 
-def retry_after_header(retry_after: float) -> str:
-    """Whole seconds, rounded up: a client that waits exactly this long is admitted."""
-    return str(max(1, math.ceil(retry_after)))
-
-
-def _window(state: LimitState) -> int:
-    return max(1, math.ceil(state.burst * state.rate.interval / 1_000_000))
-
-
-def _sf_string(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def quota_headers(decision: Decision, style: str | None = None) -> dict[str, str]:
-    """The quota headers for ``decision`` and, on a denial, ``Retry-After``."""
-    style = setting("HEADERS") if style is None else style
-    headers: dict[str, str] = {}
-    if not decision.allowed and not decision.impossible:
-        headers["Retry-After"] = retry_after_header(decision.retry_after)
-    binding = decision.binding
-    if binding is None or style == "none":
-        return headers
-    if decision.allowed:
-        remaining, reset = decision.remaining, math.ceil(binding.reset_after)
-    else:
-        remaining, reset = 0, int(headers.get("Retry-After", _window(binding)))
-    headers["X-RateLimit-Limit"] = str(binding.burst)
-    headers["X-RateLimit-Remaining"] = str(remaining)
-    headers["X-RateLimit-Reset"] = str(math.ceil(time.time()) + reset)
-    if style == "draft-11":
-        headers["RateLimit-Policy"] = ", ".join(f"{_sf_string(s.name)};q={s.burst};w={_window(s)}"
-                                                for s in decision.limits)
-        headers["RateLimit"] = f"{_sf_string(binding.name)};r={remaining};t={reset}"
-    elif style == "draft-03":
-        headers.update({"RateLimit-Limit": str(binding.burst), "RateLimit-Remaining": str(remaining),
-                        "RateLimit-Reset": str(reset)})
-    return headers
-
-
-def apply_quota_headers(response: Any, decision: Decision) -> Any:
+def apply_quota_headers(response: HttpResponseBase, decision: Decision) -> HttpResponseBase:
     """Add the quota headers to ``response`` without replacing any it already has.
 
     ``Retry-After`` is added only to 429 and 503 responses (a ``block=False`` view
@@ -102,7 +47,7 @@ def denial_status(decision: Decision) -> int:
     return 503 if decision.unavailable else 429
 
 
-def _wants_problem_json(request: Any) -> bool:
+def _wants_problem_json(request: HttpRequest | None) -> bool:
     """True when the client names application/problem+json (a wildcard is not enough)."""
     accept = request.headers.get("Accept", "") if request is not None else ""
     for item in accept.split(","):
@@ -123,7 +68,7 @@ def denial_message(decision: Decision) -> str:
     return f"Rate limit {decision.limit!r} exceeded; retry in {seconds} s."
 
 
-def too_many_requests(decision: Decision, request: Any = None) -> HttpResponse:
+def too_many_requests(decision: Decision, request: HttpRequest | None = None) -> HttpResponseBase:
     """The built-in denied response: JSON (or problem+json when asked for) and every header."""
     status = denial_status(decision)
     seconds = None if decision.impossible else int(retry_after_header(decision.retry_after))
@@ -150,28 +95,32 @@ def _denied_view(path: str) -> Any:
     return import_string(path)
 
 
-def denied_response(request: Any, decision: Decision) -> HttpResponse:
-    """The response to a denied request: ``DENIED_VIEW(request, decision)`` if set, else
-    ``too_many_requests``; the quota headers are added either way."""
-    path = setting("DENIED_VIEW")
+on_change(_denied_view.cache_clear)
+
+
+def _denied(request: HttpRequest, decision: Decision) -> HttpResponseBase | Awaitable[HttpResponseBase]:
+    path = get_settings().denied_view
     if not path:
         return too_many_requests(decision, request)
-    response = _denied_view(path)(request, decision)
+    return _denied_view(path)(request, decision)  # type: ignore[no-any-return]
+
+
+def denied_response(request: HttpRequest, decision: Decision) -> HttpResponseBase:
+    """The response to a denied request: ``DENIED_VIEW(request, decision)`` if set, else
+    ``too_many_requests``; the quota headers are added either way."""
+    response = _denied(request, decision)
     if inspect.isawaitable(response):  # an async DENIED_VIEW behind a sync surface
         response = async_to_sync(_awaited)(response)
     return apply_quota_headers(response, decision)
 
 
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
-
-
-async def adenied_response(request: Any, decision: Decision) -> HttpResponse:
+async def adenied_response(request: HttpRequest, decision: Decision) -> HttpResponseBase:
     """``denied_response`` for async surfaces; an async ``DENIED_VIEW`` is awaited."""
-    path = setting("DENIED_VIEW")
-    if not path:
-        return too_many_requests(decision, request)
-    response = _denied_view(path)(request, decision)
+    response = _denied(request, decision)
     if inspect.isawaitable(response):
         response = await response
     return apply_quota_headers(response, decision)
+
+
+async def _awaited(awaitable: Awaitable[HttpResponseBase]) -> HttpResponseBase:
+    return await awaitable

@@ -1,6 +1,7 @@
 """Descriptors: the request attributes a limit's key is built from.
 
-Built in: ``ip`` (see ``client_ip``), ``user`` (the authenticated user's pk; None for
+Built in: ``ip`` (see ``client_ip``; a request without a client address is keyed as
+``"unknown"``, one bucket shared by all such requests), ``user`` (the authenticated user's pk; None for
 anonymous requests, so limits keyed by it are skipped), ``method``, ``route`` (the
 resolved URL name, ``namespace:name``; None when the URL has no name), ``header:<Name>``,
 and the callables named in ``DESCRIPTORS`` (``request -> str | None``).
@@ -10,18 +11,56 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import logging
+import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.http import HttpRequest
 from django.urls import Resolver404, get_resolver
 from django.utils.module_loading import import_string
 
-from .conf import setting
+from .conf import get_settings, on_change
 from .policy import HEADER_PREFIX, Policy
 
-__all__ = ["client_ip", "normalise_ip", "url_name", "descriptor_names", "descriptors_for", "adescriptors_for",
-           "resolve_custom"]
+__all__ = ["UNKNOWN_IP", "adescriptors_for", "client_ip", "descriptor_names", "descriptors_for", "normalise_ip",
+           "resolve_custom", "unknown_ip_count", "url_name"]
+
+logger = logging.getLogger("django_gcra")
+
+#: The ``ip`` of a request that carries no client address (``REMOTE_ADDR`` missing or blank,
+#: an ASGI server on a unix socket): all such requests share this one bucket, never skipped.
+UNKNOWN_IP = "unknown"
+UNKNOWN_LOG_INTERVAL = 60.0  # seconds between log lines about requests without an address
+
+
+class _Unknown:
+    """Counts requests without a client address; logs at most once per interval."""
+
+    def __init__(self) -> None:
+        self.count, self.unlogged, self.logged_at = 0, 0, -UNKNOWN_LOG_INTERVAL
+        self.lock = threading.Lock()
+
+    def seen(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            self.count += 1
+            self.unlogged += 1
+            if now - self.logged_at < UNKNOWN_LOG_INTERVAL:
+                return
+            self.logged_at, due, self.unlogged = now, self.unlogged, 0
+        logger.warning("django_gcra: %d request(s) without a client address (REMOTE_ADDR missing or blank) "
+                       "since the last report; their ip limits share the bucket %r", due, UNKNOWN_IP)
+
+
+_unknown = _Unknown()
+
+
+def unknown_ip_count() -> int:
+    """Requests this process keyed as ``UNKNOWN_IP``."""
+    return _unknown.count
 
 
 @functools.cache
@@ -60,13 +99,13 @@ def normalise_ip(text: str, prefix: int | None = None) -> str | None:
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
             return str(address.ipv4_mapped)
-        prefix = setting("IPV6_PREFIX") if prefix is None else prefix
+        prefix = get_settings().ipv6_prefix if prefix is None else prefix
         return str(ipaddress.IPv6Network((address, prefix), strict=False))
     return str(address)
 
 
-def client_ip(request: Any) -> str | None:
-    """The client's address.
+def client_ip(request: HttpRequest) -> str:
+    """The client's address; ``UNKNOWN_IP`` when the request has none.
 
     With ``TRUSTED_PROXIES = n`` (n proxies, each appending the address it received
     from), the n-th ``X-Forwarded-For`` entry from the right is the one the outermost
@@ -74,15 +113,21 @@ def client_ip(request: Any) -> str | None:
     fewer than n entries the request did not pass every proxy, so ``REMOTE_ADDR`` is used.
     """
     meta = request.META
-    hops = setting("TRUSTED_PROXIES")
+    hops = get_settings().trusted_proxies
     if hops:
-        entries = [e for e in (x.strip() for x in meta.get("HTTP_X_FORWARDED_FOR", "").split(",")) if e]
+        entries = [e for e in (x.strip() for x in str(meta.get("HTTP_X_FORWARDED_FOR", "")).split(",")) if e]
         if len(entries) >= hops:
-            return normalise_ip(entries[-hops])
-    return normalise_ip(meta.get("REMOTE_ADDR", ""))
+            address = normalise_ip(entries[-hops])
+            if address is not None:
+                return address
+    address = normalise_ip(str(meta.get("REMOTE_ADDR") or ""))
+    if address is None:
+        _unknown.seen()
+        return UNKNOWN_IP
+    return address
 
 
-def url_name(request: Any) -> str | None:
+def url_name(request: HttpRequest) -> str | None:
     """The resolved URL name (with namespaces), resolving once per request if needed."""
     match = getattr(request, "resolver_match", None)
     if match is None:
@@ -105,12 +150,12 @@ def _user_pk(user: Any) -> str | None:
 
 def descriptor_names(policy: Policy) -> frozenset[str]:
     """The descriptors a decision on ``policy`` needs (``tier`` too when a rate is tiered)."""
-    if "tier" in setting("DESCRIPTORS") and any(limit.tiered for limit in policy.limits):
+    if "tier" in get_settings().descriptors and any(limit.tiered for limit in policy.limits):
         return policy.descriptors | {"tier"}
     return policy.descriptors
 
 
-def _value(request: Any, name: str) -> Any:
+def _value(request: HttpRequest, name: str) -> Any:
     if name == "ip":
         return client_ip(request)
     if name == "method":
@@ -119,27 +164,48 @@ def _value(request: Any, name: str) -> Any:
         return url_name(request)
     if name.startswith(HEADER_PREFIX):
         return request.headers.get(name[len(HEADER_PREFIX):])
-    return resolve_custom(setting("DESCRIPTORS")[name])(request)
+    return resolve_custom(get_settings().descriptors[name])(request)
 
 
-def descriptors_for(request: Any, names: Iterable[str]) -> dict[str, Any]:
+def _async_custom(name: str) -> Callable[[Any], Any] | None:
+    path = get_settings().descriptors.get(name)
+    func = resolve_custom(path) if path is not None else None
+    return func if func is not None and iscoroutinefunction(func) else None
+
+
+def descriptors_for(request: HttpRequest, names: Iterable[str]) -> dict[str, Any]:
     """The values of ``names`` for ``request`` (None where missing)."""
     return {name: _user_pk(getattr(request, "user", None)) if name == "user" else _value(request, name)
             for name in names}
 
 
-async def adescriptors_for(request: Any, names: Iterable[str]) -> dict[str, Any]:
+async def adescriptors_for(request: HttpRequest, names: Iterable[str]) -> dict[str, Any]:
     """``descriptors_for`` in async code: the user is loaded with ``auser()`` and async
     custom callables are awaited (sync ones are called directly: they must not do I/O)."""
     values: dict[str, Any] = {}
     for name in names:
+        custom = None if name == "user" else _async_custom(name)
         if name == "user":
-            if hasattr(request, "auser"):
-                values[name] = _user_pk(await request.auser())
-            else:  # Django < 5.0: request.user is lazy, so evaluate it in a thread
-                values[name] = await sync_to_async(lambda: _user_pk(getattr(request, "user", None)))()
-        elif name in setting("DESCRIPTORS") and iscoroutinefunction(resolve_custom(setting("DESCRIPTORS")[name])):
-            values[name] = await resolve_custom(setting("DESCRIPTORS")[name])(request)
+            values[name] = _user_pk(await _auser(request))
+        elif custom is not None:
+            values[name] = await custom(request)
         else:
             values[name] = _value(request, name)
     return values
+
+
+async def _auser(request: HttpRequest) -> Any:
+    if hasattr(request, "auser"):
+        return await request.auser()
+    # Django < 5.0: request.user is lazy, so evaluate it in a thread
+    return await sync_to_async(_loaded_user)(request)
+
+
+def _loaded_user(request: HttpRequest) -> Any:
+    user = getattr(request, "user", None)
+    if user is not None:
+        bool(getattr(user, "is_authenticated", False))  # evaluates the lazy object
+    return user
+
+
+on_change(resolve_custom.cache_clear)

@@ -1,7 +1,7 @@
 """Local token leases: most decisions of a leased policy are served from memory.
 
-``limiter.backend_for(policy)`` calls ``leasing_backend()``: a policy with a ``lease`` is
-decided by one ``LeasingBackend`` per process around the store. ``lease_stats()`` reads
+``store.backend_for(policy)`` calls ``leasing_backend()``: a policy with a ``lease`` is
+decided by one ``LeasingBackend`` (``backends/lease_backend.py``) per process around the store. ``lease_stats()`` reads
 the counters (Redis calls saved, leased units, stranded units) per policy.
 See docs/howto/leases.md.
 """
@@ -14,13 +14,9 @@ from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
-from django.dispatch import receiver
-
 from .backends import Backend
-from .backends.leasing import LeaseStats, LeasingBackend
-from .conf import setting
+from .backends.lease_backend import LeaseStats, LeasingBackend
+from .conf import get_settings, on_change
 from .policy import Lease, Policy
 
 __all__ = ["LeaseCollector", "LeaseStats", "LeasingBackend", "lease_stats", "leasing_backend", "reset_leases"]
@@ -39,15 +35,10 @@ def leasing_backend(inner: Backend, policy: Policy) -> Backend:
         with _wrappers_lock:
             wrapper = _wrappers.get(key)
             if wrapper is None or wrapper.inner is not inner:
-                wrapper = _wrappers[key] = LeasingBackend(inner, policy.lease, max_keys=_max_keys())
+                lease = policy.lease
+                wrapper = _wrappers[key] = LeasingBackend(inner, lease.size, lease.ttl, lease.low_water,
+                                                          max_keys=get_settings().lease_max_keys)
     return wrapper
-
-
-def _max_keys() -> int:
-    value = setting("LEASE_MAX_KEYS")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ImproperlyConfigured(f"DJANGO_GCRA['LEASE_MAX_KEYS'] is {value!r} (django_gcra.E053)")
-    return value
 
 
 def lease_stats() -> dict[str, LeaseStats]:
@@ -62,6 +53,7 @@ def lease_stats() -> dict[str, LeaseStats]:
     return totals
 
 
+@on_change
 def reset_leases() -> None:
     """Forget every lease and counter in this process (tests; a changed configuration)."""
     with _wrappers_lock:
@@ -77,12 +69,6 @@ def _forget_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
-
-
-@receiver(setting_changed)
-def _reload(*, setting: str, **kwargs: Any) -> None:
-    if setting in ("DJANGO_GCRA", "CACHES"):
-        reset_leases()
 
 
 class LeaseCollector:

@@ -42,10 +42,14 @@ AVAILABLE = prometheus_client is not None
 
 
 def _counter(name: str, doc: str, labels: tuple[str, ...]) -> Any:
-    """Register once per process, even if this module is imported twice (autoreload, tests)."""
-    registry = prometheus_client.REGISTRY
-    existing = getattr(registry, "_names_to_collectors", {}).get(name)
-    return existing if existing is not None else prometheus_client.Counter(name, doc, labels)
+    """A counter in the default registry; if this module was imported a second time (a
+    reload), the first import's counters stay the exported ones and this copy's are not."""
+    try:
+        return prometheus_client.Counter(name, doc, labels)
+    except ValueError:
+        logger.warning("django_gcra: metric %s is already registered; this copy of the module is not exported",
+                       name)
+        return prometheus_client.Counter(name, doc, labels, registry=None)
 
 
 if AVAILABLE:

@@ -10,6 +10,13 @@ from django.utils.translation import gettext_lazy as _
 __all__ = ["AuditEvent", "LimitOverride"]
 
 
+class LimitOverrideQuerySet(models.QuerySet["LimitOverride"]):
+    def in_force(self) -> LimitOverrideQuerySet:
+        """Enabled and not expired: the overrides the limiter applies (one rule, used
+        by the limiter, the admin's filter and ``gcra_status``)."""
+        return self.filter(enabled=True).exclude(expires_at__lte=timezone.now())
+
+
 class LimitOverride(models.Model):
     """Override one limit of one policy for the requests whose descriptors match.
 
@@ -42,6 +49,8 @@ class LimitOverride(models.Model):
     changed_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name=_("changed by"), null=True, blank=True,
                                    on_delete=models.SET_NULL, related_name="+")
 
+    objects = LimitOverrideQuerySet.as_manager()
+
     class Meta:
         verbose_name = _("limit override")
         verbose_name_plural = _("limit overrides")
@@ -50,10 +59,6 @@ class LimitOverride(models.Model):
     def __str__(self) -> str:
         match = ", ".join(f"{k}={v}" for k, v in sorted((self.match or {}).items())) or "*"
         return f"{self.policy}.{self.limit} [{match}]"
-
-    @property
-    def active(self) -> bool:
-        return self.enabled and (self.expires_at is None or self.expires_at > timezone.now())
 
 
 class AuditEvent(models.Model):

@@ -4,12 +4,14 @@ Precedence, highest first: an enabled, unexpired ``LimitOverride`` that matches 
 request (the most specific match wins: most matched descriptors, then the most recently
 updated), then the limit's rate for the request's tier, then the default tier.
 
-Hot reload without a database query per request: each process keeps the overrides in
-memory and, at most once per ``OVERRIDE_REFRESH`` seconds, reads a version stamp from
-Redis that every commit touching an override bumps (``transaction.on_commit``). The
-database is queried only when the stamp moved, or every ``OVERRIDE_TTL`` seconds as a
-fallback when Redis cannot be read. Async callers never run the query on the event loop:
-their refresh runs in a short-lived thread.
+Hot reload without a database query on the request path: each process keeps the
+overrides in memory and, at most once per ``OVERRIDE_REFRESH`` seconds, a background
+thread reads a version stamp from Redis that every commit touching an override bumps
+(``transaction.on_commit``), and reloads from the database only when the stamp moved, or
+every ``OVERRIDE_TTL`` seconds when Redis cannot be read. Decisions serve the current
+index meanwhile, so a locked or slow database never stalls one; only a process's very
+first load is waited for, and for at most the limiter's ``TIMEOUT``. The process that
+commits a change reloads at once, in the committing thread.
 """
 
 from __future__ import annotations
@@ -22,13 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.signals import setting_changed
-from django.db import transaction
-from django.dispatch import receiver
+from django.db import close_old_connections, connections, transaction
 
-from .conf import DEFAULTS, get_config, setting
-from .policy import Limit, Policy
+from .conf import get_settings, on_change
+from .policy import Limit, Policy, span_problem
 from .rates import Rate, parse_rate
+from .store import cache_connection, read_guarded
 
 __all__ = ["apply_override", "cache", "invalidate", "version_key"]
 
@@ -57,33 +58,7 @@ Index = dict[str, dict[str, list[Shape]]]
 
 
 def version_key() -> str:
-    return f"{get_config().prefix}:overrides:version"
-
-
-def _redis() -> Any:
-    from .backends.redis import django_redis_client
-
-    return django_redis_client(get_config().cache_alias)
-
-
-def _read_stamp() -> bytes | None:
-    """The version stamp, read on the request path: through the limiter's own client (its
-    tight timeouts), and not at all while the endpoint's circuit breaker is open."""
-    from .backends.breaker import CLOSED, breaker_for
-    from .backends.clients import endpoint_name, limiter_client
-
-    alias = get_config().cache_alias
-    if breaker_for(endpoint_name(alias)).state != CLOSED:
-        raise ConnectionError("circuit open")
-    return limiter_client(alias).get(version_key())
-
-
-def _seconds(name: str) -> float:
-    """A timing setting; a bad value (system check E031) falls back to the default."""
-    value = setting(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        return float(DEFAULTS[name])
-    return float(value)
+    return f"{get_settings().prefix}:overrides:version"
 
 
 def _in_event_loop() -> bool:
@@ -103,54 +78,69 @@ class OverrideCache:
         self.version: bytes | None = None
         self.next_check = 0.0  # monotonic
         self.failing = False
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # held by the one refresh in flight
+        self.idle = threading.Event()  # set while no refresh is in flight
+        self.idle.set()
 
     def reset(self) -> None:
         """Forget everything: the next lookup reloads (settings changed, tests)."""
-        with self.lock:
-            self.index, self.loaded_at, self.version, self.next_check = {}, None, None, 0.0
+        self.join(5)
+        self.index, self.loaded_at, self.version, self.next_check, self.failing = {}, None, None, 0.0, False
 
     def expire(self) -> None:
-        """Reload at the next lookup (this process just committed a change)."""
+        """Reload at the next lookup."""
         self.loaded_at, self.next_check = None, 0.0
+
+    def join(self, timeout: float) -> bool:
+        """Wait for a refresh in flight (tests, shutdown); True when none is."""
+        return self.idle.wait(timeout)
 
     def get(self) -> Index:
         if time.monotonic() < self.next_check:
             return self.index
-        in_loop = _in_event_loop()
-        # One thread refreshes while the others serve the current index; only a process's
-        # very first load makes concurrent sync callers wait for it. The refresh reads the
-        # stamp within the limiter's TIMEOUT (see _read_stamp), once per OVERRIDE_REFRESH.
-        first = self.loaded_at is None and not self.failing and not in_loop
-        if not self.lock.acquire(blocking=first):
-            return self.index
-        if time.monotonic() < self.next_check:  # another thread refreshed while this one waited
-            self.lock.release()
-            return self.index
-        self.next_check = time.monotonic() + _seconds("OVERRIDE_REFRESH")
-        if in_loop:
-            threading.Thread(target=self._refresh_locked, name="gcra-overrides", daemon=True).start()
-        else:
-            self._refresh_locked()
+        if self.lock.acquire(blocking=False):
+            if time.monotonic() < self.next_check:  # another thread's refresh just ended
+                self.lock.release()
+                return self.index
+            self.next_check = time.monotonic() + get_settings().override_refresh
+            self.idle.clear()
+            threading.Thread(target=self._refresh_in_thread, name="gcra-overrides", daemon=True).start()
+        if self.loaded_at is None and not self.failing and not _in_event_loop():
+            self.idle.wait(get_settings().timeout)  # a process's first load: bounded by TIMEOUT
         return self.index
 
-    def _refresh_locked(self) -> None:
+    def _refresh_in_thread(self) -> None:
         try:
             self.refresh()
+        finally:
+            self.lock.release()
+            self.idle.set()
+            connections.close_all()  # this thread's own connections
+
+    def reload_now(self) -> None:
+        """Reload in this thread (it just committed a change), after a refresh in flight."""
+        if not self.lock.acquire(timeout=5):
+            self.expire()
+            return
+        try:
+            self.loaded_at = None
+            self.refresh()
+            self.next_check = time.monotonic() + get_settings().override_refresh
         finally:
             self.lock.release()
 
     def refresh(self) -> None:
         try:
-            version = _read_stamp()
+            version = read_guarded(version_key())
             stamp_ok = True
         except Exception as exc:  # Redis down: rely on the TTL
             logger.debug("django_gcra: override version unreadable: %s", exc)
             version, stamp_ok = None, False
-        stale = self.loaded_at is None or time.monotonic() - self.loaded_at > _seconds("OVERRIDE_TTL")
+        stale = self.loaded_at is None or time.monotonic() - self.loaded_at > get_settings().override_ttl
         if not stale and stamp_ok and version == self.version:
             return
         try:
+            close_old_connections()
             index = load_index()
         except Exception as exc:  # never fail a request for the policy plane; keep the last index
             if not self.failing:
@@ -163,19 +153,18 @@ class OverrideCache:
 
 def load_index() -> Index:
     """Every enabled, unexpired override of a configured limit, compiled. One query."""
-    from django.utils import timezone
-
     from .models import LimitOverride
 
-    limits = {(p.name, lim.name) for p in get_config().policies.values() for lim in p.limits}
-    rows = (LimitOverride.objects.filter(enabled=True).exclude(expires_at__lte=timezone.now())
-            .order_by("-updated_at", "-pk"))
+    policies = get_settings().policies
+    limits = {(p.name, lim.name): lim for p in policies.values() for lim in p.limits}
+    rows = LimitOverride.objects.in_force().order_by("-updated_at", "-pk")
     shapes: dict[tuple[str, str], dict[tuple[str, ...], dict[tuple[str, ...], list[Compiled]]]] = {}
     for row in rows:
         if (row.policy, row.limit) not in limits or not isinstance(row.match, dict):
             continue
         try:
             rate = parse_rate(row.rate) if row.rate else None
+            _check_effect(limits[(row.policy, row.limit)], rate, row.burst)
         except ValueError as exc:
             logger.warning("django_gcra: override %s ignored: %s", row.pk, exc)
             continue
@@ -188,6 +177,16 @@ def load_index() -> Index:
     for (policy, limit), by_names in shapes.items():
         index.setdefault(policy, {})[limit] = sorted(by_names.items(), key=lambda shape: -len(shape[0]))
     return index
+
+
+def _check_effect(limit: Limit, rate: Rate | None, burst: int | None) -> None:
+    """``ValueError`` when an override's rate and burst cannot be run (whatever wrote the row)."""
+    if burst is not None and burst < 1:
+        raise ValueError(f"burst {burst} is below 1")
+    for configured in ([rate] if rate is not None else list(limit.rates.values())):
+        why = span_problem(configured, burst if burst is not None else limit.burst_for(configured))
+        if why is not None:
+            raise ValueError(why)
 
 
 def find(index: Index, policy: str, limit: str, values: Mapping[str, str], now: float) -> Compiled | None:
@@ -230,9 +229,12 @@ def invalidate() -> None:
 
 
 def _bump() -> None:
-    cache.expire()
     try:
-        _redis().incr(version_key())
+        cache.reload_now()
+    except Exception as exc:  # the next refresh retries
+        logger.warning("django_gcra: could not reload the overrides after a change: %s", exc)
+    try:
+        cache_connection().incr(version_key())
     except Exception as exc:  # other processes will see the change within OVERRIDE_TTL
         logger.warning("django_gcra: could not bump the override version in Redis: %s", exc)
 
@@ -242,7 +244,4 @@ def on_override_change(sender: Any, **kwargs: Any) -> None:
     invalidate()
 
 
-@receiver(setting_changed)
-def _reset(*, setting: str, **kwargs: Any) -> None:
-    if setting in ("DJANGO_GCRA", "CACHES"):
-        cache.reset()
+on_change(cache.reset)

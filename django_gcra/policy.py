@@ -1,7 +1,7 @@
 """Policy and Limit value objects, parsed from the ``POLICIES`` setting.
 
 Parsing collects every problem instead of stopping at the first, so the system checks
-can report them all; ``conf.get_config()`` refuses to run with any error.
+can report them all; ``conf.get_settings()`` refuses to run with any error.
 """
 
 from __future__ import annotations
@@ -11,9 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .rates import Rate, parse_rate
+from django.core.exceptions import ImproperlyConfigured
 
-__all__ = ["Limit", "Policy", "Lease", "Problem", "parse_policy", "lease_problems", "BUILTIN_DESCRIPTORS"]
+from .codes import Codes, Problem
+from .rates import Rate, parse_rate
+from .validation import is_int, is_number
+
+__all__ = ["BUILTIN_DESCRIPTORS", "Lease", "Limit", "Policy", "Problem", "build_policy", "parse_policy"]
 
 BUILTIN_DESCRIPTORS = frozenset({"ip", "user", "method", "route"})
 HEADER_PREFIX = "header:"
@@ -23,17 +27,18 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 POLICY_KEYS = frozenset({"limits", "on_failure", "mode", "lease", "shard"})
 LIMIT_KEYS = frozenset({"name", "key", "rate", "burst", "fallback_rate", "mode"})
 LEASE_KEYS = frozenset({"size", "ttl", "low_water"})
+# The longest a key may stay unrested (interval x burst), in microseconds: TATs are Redis
+# time plus this, and must stay exact in the script's doubles (2^53) for centuries.
+MAX_SPAN_US = 2**52
+MAX_LEASE_TTL = 3600.0
 
 
-@dataclass(frozen=True)
-class Problem:
-    id: str  # e.g. "django_gcra.E002"
-    msg: str
-    hint: str | None = None
-
-    @property
-    def is_error(self) -> bool:
-        return ".E" in self.id
+def span_problem(rate: Rate, burst: int) -> str | None:
+    """Why ``rate`` with ``burst`` cannot be run exactly, or None."""
+    if rate.interval * burst > MAX_SPAN_US:
+        return (f"rate {rate} with burst {burst} takes {rate.interval * burst / 1e6 / 86400 / 365:.0f} years to "
+                f"refill; the most is {MAX_SPAN_US / 1e6 / 86400 / 365:.0f}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -74,9 +79,9 @@ class Policy:
     shard: str | None = None  # descriptor whose value is the hash tag; None: the policy name
     descriptors: frozenset[str] = field(default=frozenset())  # every descriptor the limits use
 
-    @property
-    def composite(self) -> bool:
-        return len(self.limits) > 1
+    def mode_of(self, limit: Limit) -> str:
+        """The limit's effective mode as configured: shadow if the policy or the limit is."""
+        return "shadow" if self.mode == "shadow" or limit.mode == "shadow" else "enforce"
 
 
 def is_known_descriptor(name: str, custom: Mapping[str, Any]) -> bool:
@@ -85,20 +90,22 @@ def is_known_descriptor(name: str, custom: Mapping[str, Any]) -> bool:
     return name.startswith(HEADER_PREFIX) and len(name) > len(HEADER_PREFIX)
 
 
-def parse_policy(name: str, raw: Any, custom: Mapping[str, Any], problems: list[Problem]) -> Policy | None:
-    """Parse one entry of ``POLICIES``, appending to ``problems``; None if unusable."""
-    where = f"DJANGO_GCRA['POLICIES'][{name!r}]"
-    if not isinstance(name, str) or not _NAME.match(name):
-        problems.append(Problem("django_gcra.E010", f"Policy name {name!r} is not valid.",
+def parse_policy(name: str, raw: Any, custom: Mapping[str, Any], problems: list[Problem],
+                 where: str | None = None) -> Policy | None:
+    """Parse one entry of ``POLICIES``, appending to ``problems``; None if unusable.
+    ``where`` names the policy in messages (default: its place in the settings)."""
+    where = f"DJANGO_GCRA['POLICIES'][{name!r}]" if where is None else where
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        problems.append(Problem(Codes.BAD_NAME, f"Policy name {name!r} is not valid.",
                                 "Use 1-64 letters, digits, '_', '.' or '-'."))
         return None
     if not isinstance(raw, Mapping):
-        problems.append(Problem("django_gcra.E001", f"{where} must be a dict."))
+        problems.append(Problem(Codes.NOT_A_DICT, f"{where} must be a dict."))
         return None
     _unknown_keys(where, raw, POLICY_KEYS, problems)
     raw_limits = raw.get("limits")
     if not isinstance(raw_limits, (list, tuple)) or not raw_limits:
-        problems.append(Problem("django_gcra.E005", f"{where} has no limits.",
+        problems.append(Problem(Codes.NO_LIMITS, f"{where} has no limits.",
                                 "Give 'limits' as a non-empty list of limit dicts."))
         return None
     limits = []
@@ -108,11 +115,11 @@ def parse_policy(name: str, raw: Any, custom: Mapping[str, Any], problems: list[
             limits.append(limit)
     names = [limit.name for limit in limits]
     for dup in sorted({n for n in names if names.count(n) > 1}):
-        problems.append(Problem("django_gcra.E008", f"{where} has more than one limit named {dup!r}."))
+        problems.append(Problem(Codes.DUPLICATE_LIMIT, f"{where} has more than one limit named {dup!r}."))
     on_failure = _choice(where, raw, "on_failure", ON_FAILURE, "open", problems)
     mode = _choice(where, raw, "mode", MODES, "enforce", problems)
     lease = _parse_lease(where, raw.get("lease"), problems)
-    problems += lease_problems(where, lease, limits, mode)
+    problems += _lease_problems(where, lease, limits, mode)
     if len(limits) != len(raw_limits):
         return None
     used = frozenset(d for limit in limits for d in limit.key)
@@ -120,41 +127,59 @@ def parse_policy(name: str, raw: Any, custom: Mapping[str, Any], problems: list[
     return Policy(name, tuple(limits), on_failure, mode, lease, shard, used)
 
 
+def build_policy(name: str, raw: Any, custom: Mapping[str, Any], where: str) -> Policy:
+    """A policy written in code (``@ratelimit``, the DRF throttles): ``ImproperlyConfigured``
+    with every error, named after ``where``."""
+    problems: list[Problem] = []
+    policy = parse_policy(name, raw, custom, problems, where)
+    errors = [p.msg for p in problems if p.is_error]
+    if errors or policy is None:
+        raise ImproperlyConfigured(" ".join(errors) or f"{where} is not valid.")
+    return policy
+
+
 def _parse_limit(where: str, raw: Any, custom: Mapping[str, Any], problems: list[Problem]) -> Limit | None:
     if not isinstance(raw, Mapping):
-        problems.append(Problem("django_gcra.E001", f"{where} must be a dict."))
+        problems.append(Problem(Codes.NOT_A_DICT, f"{where} must be a dict."))
         return None
     ok = True
     _unknown_keys(where, raw, LIMIT_KEYS, problems)
     name = raw.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        problems.append(Problem("django_gcra.E010", f"{where} has an invalid name {name!r}.",
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        problems.append(Problem(Codes.BAD_NAME, f"{where} has an invalid name {name!r}.",
                                 "Use 1-64 letters, digits, '_', '.' or '-'."))
         ok = False
     key = raw.get("key")
     if isinstance(key, str):
         key = [key]
     if not isinstance(key, (list, tuple)) or not key or not all(isinstance(k, str) for k in key):
-        problems.append(Problem("django_gcra.E004", f"{where} needs 'key': a non-empty list of descriptor names."))
+        problems.append(Problem(Codes.BAD_KEY, f"{where} needs 'key': a non-empty list of descriptor names."))
         ok = False
     else:
         for descriptor in key:
             if not is_known_descriptor(descriptor, custom):
                 problems.append(Problem(
-                    "django_gcra.E004", f"{where} uses unknown descriptor {descriptor!r}.",
+                    Codes.BAD_KEY, f"{where} uses unknown descriptor {descriptor!r}.",
                     "Use ip, user, method, route, header:<Name>, or a name from DJANGO_GCRA['DESCRIPTORS']."))
                 ok = False
     rates = _parse_rates(where, raw.get("rate"), problems)
     burst = raw.get("burst")
-    if burst is not None and (isinstance(burst, bool) or not isinstance(burst, int) or burst < 1):
-        problems.append(Problem("django_gcra.E003", f"{where} has burst {burst!r}; it must be a positive integer."))
+    if burst is not None and not is_int(burst, 1):
+        problems.append(Problem(Codes.BAD_BURST, f"{where} has burst {burst!r}; it must be a positive integer."))
         ok = False
+    elif rates is not None:
+        for rate in rates.values():
+            why = span_problem(rate, rate.count if burst is None else burst)
+            if why is not None:
+                problems.append(Problem(Codes.BAD_BURST, f"{where}: {why}.", "Use a shorter period or a smaller burst."))
+                ok = False
+                break
     fallback = None
     if raw.get("fallback_rate") is not None:
         try:
             fallback = parse_rate(raw["fallback_rate"])
         except ValueError as exc:
-            problems.append(Problem("django_gcra.E012", f"{where}['fallback_rate']: {exc}."))
+            problems.append(Problem(Codes.BAD_FALLBACK_RATE, f"{where}['fallback_rate']: {exc}."))
             ok = False
     mode = _choice(where, raw, "mode", MODES, "enforce", problems)
     if not ok or rates is None:
@@ -168,11 +193,16 @@ def _parse_rates(where: str, raw: Any, problems: list[Problem]) -> dict[str | No
         items = [(None, raw)]
     rates: dict[str | None, Rate] = {}
     for tier, value in items:
+        if tier is not None and (not isinstance(tier, str) or not tier):
+            problems.append(Problem(Codes.BAD_RATE, f"{where}['rate'] has tier {tier!r}; tier names are non-empty "
+                                    "strings (the 'tier' descriptor's values are strings).",
+                                    f"Write {str(tier)!r} instead."))
+            continue
         try:
             rates[tier] = parse_rate(value)
         except ValueError as exc:
             label = f"{where}['rate']" + (f"[{tier!r}]" if tier is not None else "")
-            problems.append(Problem("django_gcra.E002", f"{label}: {exc}."))
+            problems.append(Problem(Codes.BAD_RATE, f"{label}: {exc}."))
     return rates if len(rates) == len(items) else None
 
 
@@ -183,42 +213,42 @@ def _parse_lease(where: str, raw: Any, problems: list[Problem]) -> Lease | None:
         _unknown_keys(f"{where}['lease']", raw, LEASE_KEYS, problems)
     size = raw.get("size") if isinstance(raw, Mapping) else None
     ttl = raw.get("ttl", 1.0) if isinstance(raw, Mapping) else None
-    if (isinstance(size, bool) or not isinstance(size, int) or size < 2
-            or isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0):
-        problems.append(Problem("django_gcra.E014", f"{where}['lease'] must be {{'size': int >= 2, 'ttl': seconds > 0}}."))
+    if not is_int(size, 2) or not is_number(ttl, 0, strict=True, maximum=MAX_LEASE_TTL):
+        problems.append(Problem(Codes.BAD_LEASE, f"{where}['lease'] must be {{'size': int >= 2, 'ttl': seconds > 0 "
+                                f"and at most {MAX_LEASE_TTL:g}}}."))
         return None
     low_water = raw.get("low_water", 0)
-    if isinstance(low_water, bool) or not isinstance(low_water, int) or not 0 <= low_water < size:
-        problems.append(Problem("django_gcra.E052", f"{where}['lease']['low_water'] is {low_water!r}.",
+    if not is_int(low_water, 0, size - 1):
+        problems.append(Problem(Codes.BAD_LOW_WATER, f"{where}['lease']['low_water'] is {low_water!r}.",
                                 "Give the units left at which to prefetch the next lease: an int from 0 "
                                 "(never prefetch) to size - 1."))
         return None
     return Lease(size, float(ttl), low_water)
 
 
-def lease_problems(where: str, lease: Lease | None, limits: list[Limit], mode: str = "enforce") -> list[Problem]:
+def _lease_problems(where: str, lease: Lease | None, limits: list[Limit], mode: str = "enforce") -> list[Problem]:
     """E050/E051/W050/W051: what makes a lease wrong or wasteful for these limits."""
     if lease is None:
         return []
     if len(limits) > 1:
-        return [Problem("django_gcra.E050", f"{where} leases a composite policy.",
+        return [Problem(Codes.LEASE_COMPOSITE, f"{where} leases a composite policy.",
                         "A lease takes units of every limit at once: it would hold a large share of the "
                         "small limits, and splitting the checks brings back the quota leak. Lease only "
                         "single-limit policies (such as machine API keys).")]
     problems = []
     if mode == "shadow" or any(limit.mode == "shadow" for limit in limits):
-        problems.append(Problem("django_gcra.W051", f"{where} leases a limit in shadow mode; shadow decisions are "
+        problems.append(Problem(Codes.LEASE_SHADOW, f"{where} leases a limit in shadow mode; shadow decisions are "
                                 "never leased (each one calls the store).", "Remove the lease, or enforce the limit."))
     for limit in limits:
         for tier, rate in limit.rates.items():
             label = f"{where} limit {limit.name!r}" + (f" tier {tier!r}" if tier is not None else "")
             burst = limit.burst_for(rate)
             if lease.size >= burst:
-                problems.append(Problem("django_gcra.E051", f"{label}: lease size {lease.size} is not below the "
+                problems.append(Problem(Codes.LEASE_TOO_BIG, f"{label}: lease size {lease.size} is not below the "
                                         f"burst {burst}.", "One lease would take a whole burst: pick a size well "
                                         "below it (see docs/howto/leases.md)."))
             elif rate.count * lease.ttl < lease.size * rate.period:
-                problems.append(Problem("django_gcra.W050", f"{label}: rate {rate} earns fewer than {lease.size} "
+                problems.append(Problem(Codes.LEASE_LOW_RATE, f"{label}: rate {rate} earns fewer than {lease.size} "
                                         f"units in the lease ttl of {lease.ttl:g}s, so leases would mostly expire "
                                         "unused (stranded).", "Do not lease low limits; or lower the size."))
     return problems
@@ -230,12 +260,12 @@ def _parse_shard(where: str, raw: Mapping[str, Any], limits: list[Limit], proble
     if shard is None:
         if not common:
             problems.append(Problem(
-                "django_gcra.W002", f"{where}: no descriptor is common to every limit, so all its keys share one "
+                Codes.ONE_SLOT, f"{where}: no descriptor is common to every limit, so all its keys share one "
                 "Redis Cluster slot (hash tag: the policy name).",
                 "Add a common descriptor (such as 'tenant') to every limit's key, or set 'shard'."))
         return common[0] if common else None
     if shard not in common:
-        problems.append(Problem("django_gcra.E011", f"{where}['shard'] is {shard!r}, which is not in every limit's key.",
+        problems.append(Problem(Codes.BAD_SHARD, f"{where}['shard'] is {shard!r}, which is not in every limit's key.",
                                 "The shard descriptor must be part of every limit's key so a key never moves slot."))
     return shard
 
@@ -244,7 +274,7 @@ def _choice(where: str, raw: Mapping[str, Any], name: str, allowed: tuple[str, .
             problems: list[Problem]) -> str:
     value = raw.get(name, default)
     if value not in allowed:
-        problems.append(Problem("django_gcra.E009", f"{where}[{name!r}] is {value!r}; use one of {', '.join(allowed)}."))
+        problems.append(Problem(Codes.BAD_CHOICE, f"{where}[{name!r}] is {value!r}; use one of {', '.join(allowed)}."))
         return default
     return value
 
@@ -252,5 +282,5 @@ def _choice(where: str, raw: Mapping[str, Any], name: str, allowed: tuple[str, .
 def _unknown_keys(where: str, raw: Mapping[str, Any], known: frozenset[str], problems: list[Problem]) -> None:
     # A misspelt key ("on_falure") would otherwise fall back to a default silently.
     for key in sorted(set(raw) - known, key=str):
-        problems.append(Problem("django_gcra.E016", f"{where} has an unknown key {key!r}.",
+        problems.append(Problem(Codes.UNKNOWN_KEY, f"{where} has an unknown key {key!r}.",
                                 f"Known keys: {', '.join(sorted(known))}."))

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.servers import RedisServer, start_redis
-from tests.workers import TEST_TIMEOUT_MS
+from tests.support.servers import RedisServer, start_redis
+from tests.support.workers import TEST_TIMEOUT_MS
 
 
 @pytest.fixture(scope="session")

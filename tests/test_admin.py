@@ -11,7 +11,7 @@ from django_gcra.models import AuditEvent, LimitOverride
 from django_gcra.overrides import cache, version_key
 
 GCRA = {
-    "DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"},
+    "DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of"},
     "POLICIES": {
         "browser": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m", "burst": 2}]},
         "api": {"limits": [{"name": "user", "key": ["tenant", "user"], "rate": "6/m"}]},

@@ -20,7 +20,7 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 GCRA = {
-    "DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"},
+    "DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of"},
     "POLICIES": {"browser": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "6/m", "burst": 2}]}},
     "AUDIT": {"FLUSH_INTERVAL": 0.2},
 }

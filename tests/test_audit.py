@@ -12,7 +12,7 @@ from django_gcra.audit import AuditRecorder, key_of
 from django_gcra.models import AuditEvent
 
 GCRA = {
-    "DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"},
+    "DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of"},
     "POLICIES": {
         "browser": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m", "burst": 2}]},
         "trial": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m", "burst": 2}], "mode": "shadow"},
@@ -71,15 +71,16 @@ def test_a_denial_records_a_denied_row_with_its_retry_after(client, fake_redis, 
 
 
 @pytest.mark.django_db
-def test_local_fallback_denials_are_audited_and_closed_failures_are_not(settings, rec):
+def test_fallback_denials_are_audited_local_and_closed_alike(settings, rec):
     settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:9/0"}}
     local = [decide("local", {"ip": "1.2.3.4"}) for _ in range(3)]
     assert [d.allowed for d in local] == [True, False, False] and all(d.fallback for d in local)
     closed = decide("closed", {"ip": "1.2.3.4"})
     assert not closed.allowed and closed.unavailable
     rec.flush()
-    (row,) = rows()
-    assert (row.outcome, row.policy, row.key, row.count) == ("fallback_denied", "local", "ip=1.2.3.4", 2)
+    found = sorted((row.outcome, row.policy, row.limit, row.key, row.count) for row in rows())
+    assert found == [("fallback_denied", "closed", "", "ip=1.2.3.4", 1),  # refused while the store is down
+                     ("fallback_denied", "local", "ip", "ip=1.2.3.4", 2)]
 
 
 @pytest.mark.django_db
@@ -166,8 +167,15 @@ def test_a_broken_recorder_fails_no_request(client, fake_redis, rec, monkeypatch
 
 def test_keys_are_bounded_and_distinct():
     long_a, long_b = {"tenant": "x" * 10_000 + "a"}, {"tenant": "x" * 10_000 + "b"}
-    assert len(key_of(long_a)) == 255 and key_of(long_a) != key_of(long_b)
+    assert len(key_of(long_a)) <= 255 and key_of(long_a) != key_of(long_b)
+    many = {f"d{i}": "v" * 100 for i in range(10)}
+    assert len(key_of(many)) == 255 and key_of(many) != key_of({**many, "d9": "w" * 100})
     assert key_of({"user": "7", "tenant": "acme"}) == "tenant=acme,user=7"
+
+
+def test_keys_escape_values_so_two_identities_never_merge():
+    # tenant="x,user=y" + user="z" and tenant="x" + user="y,user=z" once gave one row
+    assert key_of({"tenant": "x,user=y", "user": "z"}) != key_of({"tenant": "x", "user": "y,user=z"})
 
 
 @pytest.mark.parametrize("level", ["policy", "limit", "override"])

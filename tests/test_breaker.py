@@ -13,7 +13,7 @@ from django_gcra import decide
 from django_gcra.backends import BackendError, LimitSpec
 from django_gcra.backends.breaker import CircuitBreaker, CircuitOpen, breaker_for, breakers, reset_breakers
 from django_gcra.backends.redis import RedisBackend
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 
 class Clock:
@@ -111,13 +111,18 @@ def test_exactly_one_probe_among_threads():
 
 def test_registry_is_per_endpoint_and_follows_settings(gcra_settings):
     reset_breakers()
-    gcra_settings(BREAKER={"failures": 2, "cooldown": 0.5})
-    a, b = breaker_for("redis://a:1/0"), breaker_for("redis://b:1/0")
-    assert a is breaker_for("redis://a:1/0") and a is not b
+    a, b = breaker_for("redis://a:1/0", 2, 0.5), breaker_for("redis://b:1/0", 2, 0.5)
+    assert a is breaker_for("redis://a:1/0", 2, 0.5) and a is not b
     assert (a.threshold, a.cooldown) == (2, 0.5)
-    gcra_settings(BREAKER={"failures": 7, "cooldown": 3})
-    assert (breaker_for("redis://a:1/0").threshold, a.cooldown) == (7, 3.0)
+    assert (breaker_for("redis://a:1/0", 7, 3.0).threshold, a.cooldown) == (7, 3.0)
     assert {s["endpoint"] for s in breakers()} == {"redis://a:1/0", "redis://b:1/0"}
+    # the store's breakers follow the BREAKER setting
+    gcra_settings(BREAKER={"failures": 3, "cooldown": 0.25})
+    from django_gcra.store import _breaker_of
+    store_breaker = _breaker_of("default", "rl:{x}:p:l:x")
+    assert (store_breaker.threshold, store_breaker.cooldown) == (3, 0.25)
+    gcra_settings(BREAKER={"failures": 4, "cooldown": 2})
+    assert (_breaker_of("default", "rl:{x}:p:l:x").threshold, store_breaker.cooldown) == (4, 2.0)
     reset_breakers()
 
 
@@ -134,7 +139,7 @@ def test_open_circuit_spends_no_network_time(gcra_settings):
         calls.append(1)
         return dead
 
-    backend = RedisBackend(get_client, endpoint=lambda key: "dead-endpoint")
+    backend = RedisBackend(get_client, breaker_of=lambda key: breaker_for("dead-endpoint", 2, 60))
     for _ in range(2):
         with pytest.raises(BackendError) as info:
             backend.evaluate(SPECS, 1)

@@ -1,12 +1,19 @@
-"""Every system check ID fires for its misconfiguration, and a good configuration is clean."""
+"""Every system check ID fires for its misconfiguration, and a good configuration is clean:
+policies and top-level settings (E001-E016), surfaces (E020-E026, W020-W021), the policy
+plane (E030-E031, W030-W031) and resilience (E040-E044, W040-W041). Lease checks: test_leases."""
 
 from __future__ import annotations
 
 import pytest
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+
+from django_gcra import decide
+from django_gcra.conf import get_settings
+from django_gcra.models import LimitOverride
 
 GOOD = {
-    "DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of", "tier": "tests.descriptors.tier_of"},
+    "DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of", "tier": "tests.support.descriptors.tier_of"},
     "POLICIES": {
         "api": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "1000/s", "burst": 200},
                            {"name": "user", "key": ["tenant", "user"], "rate": "50/s", "burst": 20}],
@@ -81,4 +88,166 @@ def test_non_django_redis_cache(gcra_settings, settings):
 
 
 def test_descriptor_path_that_does_not_import(gcra_settings):
-    assert ids(gcra_settings, DESCRIPTORS={"tenant": "tests.descriptors.missing"}) == ["django_gcra.E013"]
+    assert ids(gcra_settings, DESCRIPTORS={"tenant": "tests.support.descriptors.missing"}) == ["django_gcra.E013"]
+
+
+# Surfaces
+
+SURFACE_POLICIES = {"login": {"limits": [{"name": "ip", "key": ["ip"], "rate": "5/m"}]}}
+OURS = "django_gcra.middleware.RateLimitMiddleware"
+AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
+
+
+def surface_ids(gcra_settings, **values):
+    gcra_settings(**{"POLICIES": SURFACE_POLICIES, **values})
+    return sorted({m.id for m in checks.run_checks(tags=["django_gcra"])})
+
+
+def test_good_surface_settings_are_clean(gcra_settings, settings):
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, OURS]
+    assert surface_ids(gcra_settings, HEADERS="draft-03", DENIED_VIEW="tests.surfaces_urls.custom_denied",
+               IPV6_PREFIX=56, TRUSTED_PROXIES=2,
+               ROUTES=[{"path": "^/api/", "policy": "login", "methods": ["post"], "names": ["x"]}]) == []
+
+
+@pytest.mark.parametrize("values, expected", [
+    ({"HEADERS": "draft-12"}, "django_gcra.E020"),
+    ({"DENIED_VIEW": "tests.nowhere.view"}, "django_gcra.E021"),
+    ({"DENIED_VIEW": "tests.support.surfaces_helpers.POLICIES"}, "django_gcra.E021"),
+    ({"IPV6_PREFIX": 129}, "django_gcra.E022"),
+    ({"IPV6_PREFIX": "64"}, "django_gcra.E022"),
+    ({"TRUSTED_PROXIES": -1}, "django_gcra.E023"),
+    ({"TRUSTED_PROXIES": True}, "django_gcra.E023"),
+    ({"ROUTES": {"path": "^/"}}, "django_gcra.E024"),
+    ({"ROUTES": [{"path": "^/("}]}, "django_gcra.E024"),
+    ({"ROUTES": [{"path": "^/(", "policy": "login"}]}, "django_gcra.E024"),
+    ({"ROUTES": [{"path": "^/", "policy": "login", "methods": "GET"}]}, "django_gcra.E024"),
+    ({"ROUTES": [{"path": "^/", "policy": "login", "method": ["GET"]}]}, "django_gcra.E024"),
+    ({"ROUTES": [{"path": "^/", "policy": "nope"}]}, "django_gcra.E025"),
+])
+def test_surface_problems(gcra_settings, settings, values, expected):
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, OURS]
+    assert surface_ids(gcra_settings, **values) == [expected]
+
+
+@pytest.mark.urls("tests.surfaces_urls")
+def test_routed_views_naming_unknown_policies(gcra_settings, settings):
+    # surfaces_urls has @ratelimit(policy="login") and DRF views with ratelimit_policy = "api"
+    # ... and DRF throttles whose scopes need rates (else django_gcra.E063)
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"anon": "2/m", "user": "3/m", "uploads": "2/5m"}}
+    assert surface_ids(gcra_settings) == ["django_gcra.E026"]
+    assert surface_ids(gcra_settings, POLICIES={**SURFACE_POLICIES, "api": SURFACE_POLICIES["login"], "shadowed": SURFACE_POLICIES["login"]}) == []
+
+
+def test_middleware_warnings(gcra_settings, settings):
+    routes = [{"path": "^/", "policy": "login"}]
+    assert surface_ids(gcra_settings, ROUTES=routes) == ["django_gcra.W020"]
+    settings.MIDDLEWARE = [OURS, *settings.MIDDLEWARE]
+    assert AUTH in settings.MIDDLEWARE
+    assert surface_ids(gcra_settings, ROUTES=routes) == ["django_gcra.W021"]
+
+
+# Policy plane
+
+PLANE_POLICIES = {"api": {"limits": [{"name": "tenant", "key": ["ip"], "rate": "5/m"}]}}
+
+
+def plane_ids(gcra_settings, databases=None, **values):
+    gcra_settings(POLICIES=PLANE_POLICIES, **values)
+    return sorted({m.id for m in checks.run_checks(tags=["django_gcra"], databases=databases,
+                                                   include_deployment_checks=False)})
+
+
+def test_defaults_and_good_values_are_clean(gcra_settings):
+    assert plane_ids(gcra_settings) == []
+    assert plane_ids(gcra_settings, AUDIT={"ENABLED": False, "FLUSH_INTERVAL": 0.5, "MAX_BUFFER": 10, "RETENTION_DAYS": 0},
+               OVERRIDE_REFRESH=0.5, OVERRIDE_TTL=10) == []
+
+
+@pytest.mark.parametrize("audit", [
+    [], {"ENABLED": "yes"}, {"FLUSH_INTERVAL": 0}, {"FLUSH_INTERVAL": "1"}, {"MAX_BUFFER": 0}, {"MAX_BUFFER": 2.5},
+    {"RETENTION_DAYS": -1}, {"RETENTION_DAYS": True}, {"FLUSH": 1},
+])
+def test_e030_bad_audit_settings(gcra_settings, audit):
+    assert plane_ids(gcra_settings, AUDIT=audit) == ["django_gcra.E030"]
+
+
+@pytest.mark.parametrize("values", [{"OVERRIDE_REFRESH": 0}, {"OVERRIDE_REFRESH": "1"}, {"OVERRIDE_TTL": -5},
+                                    {"OVERRIDE_TTL": None}])
+def test_e031_bad_override_timings(gcra_settings, values):
+    assert plane_ids(gcra_settings, **values) == ["django_gcra.E031"]
+
+
+def test_w031_ttl_shorter_than_refresh(gcra_settings):
+    assert plane_ids(gcra_settings, OVERRIDE_REFRESH=5, OVERRIDE_TTL=1) == ["django_gcra.W031"]
+
+
+@pytest.mark.django_db
+def test_w030_overrides_of_unconfigured_limits(gcra_settings):
+    LimitOverride.objects.create(policy="api", limit="tenant", match={}, burst=3)
+    assert plane_ids(gcra_settings, databases=["default"]) == []
+    LimitOverride.objects.create(policy="api", limit="gone", match={}, burst=3)
+    LimitOverride.objects.create(policy="old", limit="tenant", match={}, burst=3, enabled=False)  # disabled: quiet
+    assert plane_ids(gcra_settings, databases=["default"]) == ["django_gcra.W030"]
+    assert plane_ids(gcra_settings) == []  # database checks run only when asked (migrate, check --database)
+
+
+def test_bad_plane_values_refuse_at_run_time(gcra_settings):
+    gcra_settings(POLICIES=PLANE_POLICIES, AUDIT={"FLUSH_INTERVAL": 0}, OVERRIDE_REFRESH=None)
+    with pytest.raises(ImproperlyConfigured, match="E03[01]"):
+        decide("api", {"ip": "1.2.3.4"})
+
+
+# Resilience
+
+LOCAL = {"p": {"limits": [{"name": "l", "key": ["ip"], "rate": "10/s"}], "on_failure": "local"}}
+
+
+def test_defaults_are_clean_and_tight(settings):
+    settings.DJANGO_GCRA = {}
+    assert checks.run_checks(tags=["django_gcra"]) == []
+    config = get_settings()
+    assert config.timeout == config.connect_timeout == 0.01
+    assert (config.breaker.failures, config.breaker.cooldown) == (5, 1.0)
+
+
+@pytest.mark.parametrize("values, expected", [
+    ({"TIMEOUT": 0}, "django_gcra.E040"),
+    ({"TIMEOUT": "5"}, "django_gcra.E040"),
+    ({"CONNECT_TIMEOUT": -1}, "django_gcra.E040"),
+    ({"TIMEOUT": 2000}, "django_gcra.W040"),
+    ({"CONNECT_TIMEOUT": 1500}, "django_gcra.W040"),
+    ({"BREAKER": {"failures": 0}}, "django_gcra.E041"),
+    ({"BREAKER": {"cooldown": 0}}, "django_gcra.E041"),
+    ({"BREAKER": {"failure": 3}}, "django_gcra.E041"),
+    ({"BREAKER": 5}, "django_gcra.E041"),
+    ({"FALLBACK_PROCESSES": 0}, "django_gcra.E042"),
+    ({"FALLBACK_PROCESSES": 2.5}, "django_gcra.E042"),
+    ({"FALLBACK_LOG_INTERVAL": -1}, "django_gcra.E043"),
+    ({"POLICIES": LOCAL}, "django_gcra.W041"),
+])
+def test_each_id_fires(gcra_settings, values, expected):
+    assert expected in ids(gcra_settings, **values)
+
+
+def test_local_fallback_is_fine_once_shared_or_explicit(gcra_settings):
+    assert ids(gcra_settings, POLICIES=LOCAL, FALLBACK_PROCESSES=8) == []
+    explicit = {"p": {**LOCAL["p"], "limits": [{**LOCAL["p"]["limits"][0], "fallback_rate": "2/s"}]}}
+    assert ids(gcra_settings, POLICIES=explicit) == []
+
+
+def test_bad_values_refuse_at_runtime_too(gcra_settings):
+    gcra_settings(TIMEOUT=0, FALLBACK_PROCESSES=0)
+    with pytest.raises(ImproperlyConfigured, match="E040"):
+        get_settings()
+
+
+@pytest.mark.parametrize("location, expected", [
+    (["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"], []),
+    (["127.0.0.1:7000"], ["django_gcra.E044"]),
+    ("", ["django_gcra.E044"]),
+])
+def test_cluster_startup_nodes_are_checked(settings, gcra_settings, location, expected):
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": location,
+                                   "OPTIONS": {"CLIENT_CLASS": "django_gcra.backends.cluster.ClusterClient"}}}
+    assert ids(gcra_settings) == expected

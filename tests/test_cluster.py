@@ -11,7 +11,7 @@ from redis.crc import key_slot
 from django_gcra import adecide, decide
 from django_gcra.backends.breaker import breakers, reset_breakers
 from django_gcra.fallback import stats
-from tests.cluster import Cluster, hammer, start_cluster, tenants_in_slots
+from tests.support.cluster import Cluster, hammer, start_cluster, tenants_in_slots
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -21,7 +21,7 @@ POLICIES = {
             "on_failure": "closed"},
     "hot": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "50/s", "burst": 10}], "on_failure": "closed"},
 }
-DESCRIPTORS = {"tenant": "tests.descriptors.tenant_of"}
+DESCRIPTORS = {"tenant": "tests.support.descriptors.tenant_of"}
 PROCESSES, DURATION, RATE, BURST = 8, 3.0, 50, 10
 
 

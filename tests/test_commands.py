@@ -15,7 +15,7 @@ from django_gcra.models import AuditEvent, LimitOverride
 from django_gcra.overrides import cache
 
 GCRA = {
-    "DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"},
+    "DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of"},
     "POLICIES": {
         "api": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m", "burst": 5},
                            {"name": "user", "key": ["tenant", "user"], "rate": "6/m", "burst": 2}]},

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.workers import hammer
+from tests.support.workers import hammer
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

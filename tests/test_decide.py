@@ -32,7 +32,7 @@ POLICIES = {
 
 @pytest.fixture(autouse=True)
 def policies(fake_redis, gcra_settings):
-    gcra_settings(DESCRIPTORS={"tenant": "tests.descriptors.tenant_of", "tier": "tests.descriptors.tier_of"},
+    gcra_settings(DESCRIPTORS={"tenant": "tests.support.descriptors.tenant_of", "tier": "tests.support.descriptors.tier_of"},
                   POLICIES=POLICIES)
 
 
@@ -46,7 +46,7 @@ def test_decision_fields():
 
 async def test_adecide_on_fakeredis_offloads_to_a_thread():
     from django_gcra import adecide
-    from django_gcra.backends.clients import limiter_async_client
+    from django_gcra.store import limiter_async_client
 
     assert (await adecide("login", {"ip": "fake"})).remaining == 1
     assert limiter_async_client("default") is None  # fakeredis has no asyncio twin here
@@ -87,7 +87,7 @@ def test_a_plan_is_memoized_per_input_and_never_across_types_or_configurations(g
 
 
 def test_a_full_plan_memo_admits_nothing_new_until_its_refill_time(monkeypatch):
-    from django_gcra import limiter
+    from django_gcra import plan as limiter
 
     now = [100.0]
     memo = limiter.PlanMemo(size=2, refill_after=10.0, clock=lambda: now[0])
@@ -128,7 +128,7 @@ def test_tiers_pick_the_rate_and_default_to_the_first_tier():
 
 
 def test_default_tier_setting(gcra_settings):
-    gcra_settings(DESCRIPTORS={"tenant": "tests.descriptors.tenant_of"}, POLICIES=POLICIES, DEFAULT_TIER="paid")
+    gcra_settings(DESCRIPTORS={"tenant": "tests.support.descriptors.tenant_of"}, POLICIES=POLICIES, DEFAULT_TIER="paid")
     assert [decide("tiered", {"tenant": "x", "tier": None}).allowed for _ in range(4)] == [True] * 3 + [False]
 
 
@@ -170,7 +170,7 @@ def test_bad_configuration_refuses_to_decide(gcra_settings):
 class TestFailurePolicy:
     @pytest.fixture(autouse=True)
     def dead_redis(self, settings):
-        from tests.servers import free_port
+        from tests.support.servers import free_port
 
         settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache",
                                        "LOCATION": f"redis://127.0.0.1:{free_port()}/0"}}

@@ -12,7 +12,7 @@ import pytest
 from django_gcra import adecide, decide
 from django_gcra.backends.breaker import breakers, reset_breakers
 from django_gcra.fallback import local_backend, stats, status
-from tests.servers import RedisServer, start_redis
+from tests.support.servers import RedisServer, start_redis
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -153,7 +153,7 @@ def test_timeouts_are_the_limiters_not_the_caches(server: RedisServer, settings)
     """The cache keeps its own (long) timeouts; only the limiter's calls are tight."""
     from django_redis import get_redis_connection
 
-    from django_gcra.backends.clients import limiter_client
+    from django_gcra.store import limiter_client
 
     settings.CACHES = {"default": {**settings.CACHES["default"], "OPTIONS": {"SOCKET_TIMEOUT": 5}}}
     cache_kwargs = get_redis_connection("default").connection_pool.connection_kwargs

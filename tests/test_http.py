@@ -10,8 +10,9 @@ from django.http import HttpResponse
 from django.test import AsyncClient, Client, RequestFactory
 
 from django_gcra import decide
-from django_gcra.http import _sf_string, apply_quota_headers, quota_headers, retry_after_header, too_many_requests
-from tests.surfaces_helpers import configure, sf_list
+from django_gcra.headers import _sf_string
+from django_gcra.http import apply_quota_headers, quota_headers, retry_after_header, too_many_requests
+from tests.support.surfaces_helpers import configure, sf_list
 
 factory = RequestFactory()
 

@@ -9,7 +9,7 @@ from django.test import Client, RequestFactory
 from django_gcra.identity import (adescriptors_for, client_ip, descriptor_names, descriptors_for, normalise_ip,
                                   url_name)
 from django_gcra.limiter import get_policy
-from tests.surfaces_helpers import configure
+from tests.support.surfaces_helpers import configure
 
 factory = RequestFactory()
 
@@ -54,7 +54,7 @@ def test_ipv6_grouping_and_ipv4_mapped(gcra_settings):
 
 
 def test_user_method_header_and_custom(gcra_settings):
-    gcra_settings(DESCRIPTORS={"tenant": "tests.descriptors.tenant_of"})
+    gcra_settings(DESCRIPTORS={"tenant": "tests.support.descriptors.tenant_of"})
     request = factory.post("/", HTTP_X_API_KEY="k1", HTTP_X_TENANT="acme")
     request.user = AnonymousUser()
     names = ["user", "method", "header:X-Api-Key", "header:X-Missing", "tenant"]
@@ -67,7 +67,7 @@ def test_user_method_header_and_custom(gcra_settings):
 
 
 async def test_async_custom_descriptor_is_awaited(gcra_settings):
-    gcra_settings(DESCRIPTORS={"tenant": "tests.descriptors.async_tenant_of"})
+    gcra_settings(DESCRIPTORS={"tenant": "tests.support.descriptors.async_tenant_of"})
     request = factory.get("/", HTTP_X_TENANT="acme")
     request.user = AnonymousUser()
     assert await adescriptors_for(request, ["tenant", "user", "ip"]) == {"tenant": "acme", "user": None,

@@ -18,7 +18,7 @@ from django_gcra.backends.memory import MemoryBackend
 from django_gcra.leases import LeasingBackend, lease_stats, leasing_backend
 from django_gcra.limiter import backend_for, get_policy
 from django_gcra.policy import Lease
-from tests.lease_workers import lease_hammer
+from tests.support.lease_workers import lease_hammer
 
 T, B = 200_000, 3  # the seed's hand trace: 5/s, burst 3
 
@@ -72,7 +72,7 @@ def store(clock):
 
 
 def leased(store, clock, size=10, ttl=1.0, **kwargs):
-    return LeasingBackend(store, Lease(size, ttl, kwargs.pop("low_water", 0)), clock=lambda: clock.t, **kwargs)
+    return LeasingBackend(store, size, ttl, kwargs.pop("low_water", 0), clock=lambda: clock.t, **kwargs)
 
 
 SPEC = LimitSpec("k", 1_000, 100)  # 1000/s, burst 100
@@ -312,7 +312,7 @@ def test_single_unit_fallback_on_redis(real_redis, gcra_settings):
     gcra_settings(POLICIES={"edge": lease_policy(rate="1/s", burst=5, size=4, ttl=4.0)})
     policy = get_policy("edge")
     assert decide("edge", {"ip": "x"}).allowed  # this process leases 4
-    other = LeasingBackend(backend_for(policy).inner, policy.lease)  # a second process
+    other = LeasingBackend(backend_for(policy).inner, policy.lease.size, policy.lease.ttl)  # a second process
     spec = [LimitSpec("rl:{x}:edge:k:x", 1_000_000, 5)]
     assert not other.inner.evaluate(spec, 4).allowed  # a full lease is not available
     assert other.evaluate(spec, 1).allowed  # one unit is

@@ -14,7 +14,7 @@ from django_gcra.metrics import OUTCOMES, outcome_of
 from django_gcra.signals import decision as decision_signal
 
 GCRA = {
-    "DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"},
+    "DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of"},
     "POLICIES": {
         "m_api": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m", "burst": 1}]},
         "m_trial": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m", "burst": 1}], "mode": "shadow"},

@@ -7,7 +7,7 @@ import time
 import pytest
 from django.test import AsyncClient, Client
 
-from tests.surfaces_helpers import assert_quota_headers, configure
+from tests.support.surfaces_helpers import assert_quota_headers, configure
 
 pytestmark = [pytest.mark.urls("tests.surfaces_urls"), pytest.mark.redis]
 
@@ -42,7 +42,7 @@ async def test_async_client_limits_a_route(url, monkeypatch):
     def no_sync(*args, **kwargs):
         raise AssertionError("the middleware must take its async branch under ASGI")
 
-    monkeypatch.setattr("django_gcra.middleware.decide", no_sync)
+    monkeypatch.setattr("django_gcra.surface.decide", no_sync)
     client = AsyncClient()
     assert (await client.get(url)).status_code == 200
     assert (await client.get(url)).status_code == 200
@@ -88,7 +88,7 @@ def test_waiting_exactly_retry_after_is_admitted(gcra_settings):
 
 
 def test_closed_policy_with_redis_down_answers_503(gcra_settings, settings, redis_server):
-    from tests.servers import free_port
+    from tests.support.servers import free_port
 
     configure(gcra_settings, ROUTES=[{"path": "^/plain/", "policy": "down"}])
     settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache",
@@ -103,7 +103,7 @@ def test_closed_policy_with_redis_down_answers_503(gcra_settings, settings, redi
 
 
 async def test_closed_policy_with_redis_down_answers_503_async(gcra_settings, settings):
-    from tests.servers import free_port
+    from tests.support.servers import free_port
 
     configure(gcra_settings, ROUTES=[{"path": "^/aplain/", "policy": "down"}])
     settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache",
@@ -114,7 +114,7 @@ async def test_closed_policy_with_redis_down_answers_503_async(gcra_settings, se
 
 
 def test_local_fallback_denials_are_429(gcra_settings, settings):
-    from tests.servers import free_port
+    from tests.support.servers import free_port
 
     local = {"limits": [{"name": "ip", "key": ["ip"], "rate": "5/m", "burst": 1}], "on_failure": "local"}
     configure(gcra_settings, POLICIES={"local": local}, ROUTES=[{"path": "^/plain/", "policy": "local"}])

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def policies(fake_redis, gcra_settings):
-    gcra_settings(DESCRIPTORS={"tenant": "tests.descriptors.tenant_of", "tier": "tests.descriptors.tier_of"},
+    gcra_settings(DESCRIPTORS={"tenant": "tests.support.descriptors.tenant_of", "tier": "tests.support.descriptors.tier_of"},
                   POLICIES=POLICIES)
     cache.reset()
     yield
@@ -157,22 +157,25 @@ def test_no_database_query_per_request(save, django_assert_num_queries):
             decide("api", {"tenant": "acme", "user": "1"})
 
 
+@pytest.mark.django_db(transaction=True)  # the reload runs in a thread of its own: it sees committed rows
 def test_a_bumped_version_stamp_reloads_within_the_refresh_interval(fake_redis, gcra_settings,
                                                                      django_assert_num_queries):
-    gcra_settings(DESCRIPTORS={"tenant": "tests.descriptors.tenant_of"}, POLICIES=POLICIES, OVERRIDE_REFRESH=0.2)
+    gcra_settings(DESCRIPTORS={"tenant": "tests.support.descriptors.tenant_of"}, POLICIES=POLICIES, OVERRIDE_REFRESH=0.2)
     assert burst() == 2
-    LimitOverride.objects.create(policy="api", limit="tenant", match={"tenant": "acme"}, burst=9)  # no commit hook
+    # as another process's commit lands: bulk_create sends no signal, so this process is not told
+    LimitOverride.objects.bulk_create([LimitOverride(policy="api", limit="tenant", match={"tenant": "acme"}, burst=9)])
     assert burst() == 2  # this process has not been told yet
     fake_redis.incr(version_key())  # what another process's commit does
     time.sleep(0.25)
     assert burst() == 9
 
 
+@pytest.mark.django_db(transaction=True)
 def test_the_ttl_reloads_when_the_stamp_never_moves(gcra_settings):
-    gcra_settings(DESCRIPTORS={"tenant": "tests.descriptors.tenant_of"}, POLICIES=POLICIES,
+    gcra_settings(DESCRIPTORS={"tenant": "tests.support.descriptors.tenant_of"}, POLICIES=POLICIES,
                   OVERRIDE_REFRESH=0.05, OVERRIDE_TTL=0.2)
     assert burst() == 2
-    LimitOverride.objects.create(policy="api", limit="tenant", match={"tenant": "acme"}, burst=9)
+    LimitOverride.objects.bulk_create([LimitOverride(policy="api", limit="tenant", match={"tenant": "acme"}, burst=9)])
     time.sleep(0.3)
     assert burst() == 9
 
@@ -203,15 +206,15 @@ def test_adecide_applies_overrides(save):
 
 ROOT = Path(__file__).resolve().parent.parent
 BROWSER_GCRA = {
-    "DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"},
+    "DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of"},
     "POLICIES": {"browser": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m", "burst": 2}]}},
     "OVERRIDE_REFRESH": 1.0,
 }
 
 
 def run(config: dict, *args: str) -> float:
-    """Run one tests.plane_procs command to completion; return its commit time."""
-    done = subprocess.run([sys.executable, "-m", "tests.plane_procs", json.dumps(config), *args], cwd=ROOT,
+    """Run one tests.support.plane_procs command to completion; return its commit time."""
+    done = subprocess.run([sys.executable, "-m", "tests.support.plane_procs", json.dumps(config), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     return float(done.stdout.split("committed ")[-1])
@@ -221,7 +224,7 @@ class Watcher:
     """A second process printing the burst in force for tenant acme as it changes."""
 
     def __init__(self, config: dict, seconds: float = 30.0) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.plane_procs", json.dumps(config), "watch",
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.plane_procs", json.dumps(config), "watch",
                                       str(seconds)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
         self.lines: queue.Queue[str] = queue.Queue()

@@ -32,7 +32,7 @@ POLICIES = {
 
 @pytest.fixture(autouse=True)
 def policies(real_redis, gcra_settings):
-    gcra_settings(DESCRIPTORS={"tenant": "tests.descriptors.tenant_of"}, POLICIES=POLICIES)
+    gcra_settings(DESCRIPTORS={"tenant": "tests.support.descriptors.tenant_of"}, POLICIES=POLICIES)
     return real_redis
 
 
@@ -125,7 +125,7 @@ def test_hostile_values_share_one_slot_per_decision(real_redis):
 
 async def test_adecide_uses_a_native_async_client(real_redis):
     from django_gcra import adecide
-    from django_gcra.backends.clients import limiter_async_client
+    from django_gcra.store import limiter_async_client
 
     results = [await adecide("login", {"ip": "async"}) for _ in range(4)]
     assert [d.allowed for d in results] == [True, True, True, False]

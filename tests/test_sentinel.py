@@ -12,7 +12,7 @@ from django_gcra import adecide, decide
 from django_gcra.backends.breaker import reset_breakers
 from django_gcra.backends.redis import SCRIPT_SHA
 from django_gcra.fallback import local_backend, stats
-from tests.sentinel import SentinelSet, start_sentinels
+from tests.support.sentinel import SentinelSet, start_sentinels
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

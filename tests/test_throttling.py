@@ -12,7 +12,7 @@ from rest_framework.test import APIRequestFactory
 
 from django_gcra.throttling import GCRAAnonRateThrottle, GCRAScopedRateThrottle
 from tests import surfaces_urls
-from tests.surfaces_helpers import configure, sf_list
+from tests.support.surfaces_helpers import configure, sf_list
 
 pytestmark = [pytest.mark.urls("tests.surfaces_urls"), pytest.mark.redis]
 
@@ -134,7 +134,7 @@ def test_policy_throttle_shadow_mode_never_denies(monkeypatch):
 
 
 def test_closed_policy_with_redis_down_is_503(monkeypatch, settings):
-    from tests.servers import free_port
+    from tests.support.servers import free_port
 
     monkeypatch.setattr(surfaces_urls.PolicyView, "ratelimit_policy", "down")
     settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache",

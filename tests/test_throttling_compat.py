@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from django_gcra.throttling import (GCRAAnonRateThrottle, GCRARateThrottle, GCRAScopedRateThrottle,
                                     GCRAUserRateThrottle, ThrottleOverrideWarning, parse_drf_rate, scope_name)
-from tests.surfaces_helpers import sf_list
+from tests.support.surfaces_helpers import sf_list
 
 pytestmark = [pytest.mark.redis]
 

@@ -74,9 +74,9 @@ def policies() -> dict:
 
 
 def setup_django(url: str, port: int) -> None:
-    from tests.workers import setup_django
+    from tests.support.workers import setup_django
 
-    setup_django(url, {"DESCRIPTORS": {"tenant": "tests.descriptors.tenant_of"}, "POLICIES": policies()},
+    setup_django(url, {"DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of"}, "POLICIES": policies()},
                  apps=("rest_framework",),
                  RATELIMIT_USE_CACHE="default",  # django-ratelimit: the django-redis cache
                  RATELIMIT_BACKEND="redis",  # django-smart-ratelimit: its own Redis backend, same server

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tests.workers import timed_loop
+from tests.support.workers import timed_loop
 
 from ..wire import sent_commands
 from .contenders import STRICT, Contender, build, promise, setup_django

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .base import BackendError
-from .settings import breaker_params
 
 __all__ = ["CircuitBreaker", "CircuitOpen", "breaker_for", "breakers", "reset_breakers"]
 
@@ -94,9 +93,8 @@ _breakers: dict[str, CircuitBreaker] = {}
 _registry_lock = threading.Lock()
 
 
-def breaker_for(endpoint: str) -> CircuitBreaker:
-    """The process's breaker for ``endpoint``, configured by the ``BREAKER`` setting (read live)."""
-    failures, cooldown = breaker_params()
+def breaker_for(endpoint: str, failures: int = 5, cooldown: float = 1.0) -> CircuitBreaker:
+    """The process's breaker for ``endpoint``, (re)configured with these thresholds."""
     breaker = _breakers.get(endpoint)
     if breaker is None:
         with _registry_lock:

@@ -23,25 +23,25 @@ from urllib.parse import unquote, urlsplit
 import redis.asyncio.cluster
 import redis.asyncio.retry
 import redis.cluster
-from django.core.exceptions import ImproperlyConfigured
 from django_redis.client import DefaultClient
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError
 
-__all__ = ["ClusterClient", "startup_nodes", "tight_cluster", "tight_async_cluster"]
+__all__ = ["ClusterClient", "is_cluster_client", "node_of", "startup_nodes", "tight_async_cluster", "tight_cluster"]
 
 _clients: dict[tuple[Any, ...], redis.cluster.RedisCluster] = {}
 _lock = threading.Lock()
 
 
 def startup_nodes(urls: Any) -> tuple[list[tuple[str, int]], dict[str, Any]]:
-    """(host, port) of every ``redis://`` URL, and the credentials of the first."""
+    """(host, port) of every ``redis://`` URL, and the credentials of the first; ``ValueError``
+    names a URL that is not one."""
     urls = urls if isinstance(urls, (list, tuple)) else str(urls).split(",")
     nodes, auth = [], {}
     for url in urls:
         parts = urlsplit(url.strip())
         if parts.scheme not in ("redis", "rediss") or not parts.hostname:
-            raise ImproperlyConfigured(f"Redis Cluster startup node {url!r} is not a redis:// URL.")
+            raise ValueError(f"Redis Cluster startup node {url!r} is not a redis:// URL.")
         nodes.append((parts.hostname, parts.port or 6379))
         if not auth and (parts.username or parts.password):
             auth = {"username": unquote(parts.username or "") or None, "password": unquote(parts.password or "")}
@@ -55,6 +55,11 @@ class ClusterClient(DefaultClient):
 
     def get_next_client_index(self, write: bool = True, tried: list[int] | None = None) -> int:
         return 0  # one cluster client; replicas are the cluster's business
+
+    @property
+    def locations(self) -> Any:
+        """The configured startup node URL(s)."""
+        return self._server
 
     def cluster_kwargs(self) -> dict[str, Any]:
         _, auth = startup_nodes(self._server)
@@ -80,27 +85,32 @@ class ClusterClient(DefaultClient):
             client.close()
 
 
-def tight_cluster(client: ClusterClient) -> redis.cluster.RedisCluster:
+def is_cluster_client(client_class: Any) -> bool:
+    """True when a cache's ``CLIENT_CLASS`` option (a class or a dotted path) is ``ClusterClient``."""
+    return client_class in (ClusterClient, f"{ClusterClient.__module__}.{ClusterClient.__name__}")
+
+
+def _tight(client: ClusterClient, read: float, connect: float) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    nodes, _ = startup_nodes(client.locations)
+    kwargs = {k: v for k, v in client.cluster_kwargs().items()
+              if k not in ("connection_pool", "retry", "retry_on_error", "retry_on_timeout")}
+    kwargs.update(socket_timeout=read, socket_connect_timeout=connect)
+    return nodes, kwargs
+
+
+def tight_cluster(client: ClusterClient, read: float, connect: float) -> redis.cluster.RedisCluster:
     """The limiter's own cluster client: same nodes, tight timeouts, no retries.
 
     Connects to the cluster to read its topology: raises ``RedisClusterException`` (not
     a ``RedisError``) when no startup node answers.
     """
-    from .clients import _tight
-
-    nodes, _ = startup_nodes(client._server)
-    kwargs = _tight(client.cluster_kwargs(), None)
-    kwargs.pop("retry")
+    nodes, kwargs = _tight(client, read, connect)
     return redis.cluster.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in nodes],
                                       retry=redis.retry.Retry(NoBackoff(), 0), **kwargs)
 
 
-def tight_async_cluster(client: ClusterClient) -> redis.asyncio.cluster.RedisCluster:
-    from .clients import _tight
-
-    nodes, _ = startup_nodes(client._server)
-    kwargs = _tight(client.cluster_kwargs(), None)
-    kwargs.pop("retry")
+def tight_async_cluster(client: ClusterClient, read: float, connect: float) -> redis.asyncio.cluster.RedisCluster:
+    nodes, kwargs = _tight(client, read, connect)
     return redis.asyncio.cluster.RedisCluster(
         startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in nodes],
         retry=redis.asyncio.retry.Retry(NoBackoff(), 0), **kwargs)

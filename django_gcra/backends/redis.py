@@ -1,5 +1,6 @@
 """The Redis backend: the composite GCRA script, run by EVALSHA on the limiter's own clients
-(``clients.py``: the servers of a django-redis cache alias, with tight timeouts)."""
+(``clients.py``: the servers of a django-redis cache alias, with tight timeouts), each
+call through the circuit breaker of the endpoint that serves its keys."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from redis.exceptions import (
 
 from ..algorithm import ALLOWED
 from .base import Backend, BackendError, LimitSpec, Outcome
-from .breaker import breaker_for
+from .breaker import CircuitBreaker
 from .direct import evalsha
 
 # Errors that say the endpoint is unhealthy (and count towards its circuit breaker);
@@ -81,38 +82,30 @@ async def arun_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> 
         return await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
 
 
-def django_redis_client(alias: str) -> Any:
-    """The cache's own client (its general timeouts): for commands off the decision path.
-    Decisions use ``clients.limiter_client``."""
-    from django_redis import get_redis_connection
-
-    return get_redis_connection(alias)
-
-
 class RedisBackend(Backend):
     """One EVALSHA per decision on the client that ``get_client()`` returns.
 
     Async decisions use ``get_async_client()`` (a native asyncio client) when it
-    returns one, so an async view never blocks the event loop on Redis. With an
-    ``endpoint(key)`` callable, every call goes through that endpoint's circuit
-    breaker: while it is open, ``BackendError`` is raised without any network I/O.
+    returns one, so an async view never blocks the event loop on Redis. With a
+    ``breaker_of(key)`` callable, every call goes through the circuit breaker it
+    returns: while that is open, ``BackendError`` is raised without any network I/O.
     """
 
     def __init__(self, get_client: Callable[[], Any], get_async_client: Callable[[], Any] | None = None,
-                 endpoint: Callable[[str], str] | None = None) -> None:
+                 breaker_of: Callable[[str], CircuitBreaker] | None = None) -> None:
         self.get_client = get_client
         self.get_async_client = get_async_client
-        self.endpoint = endpoint
+        self.breaker_of = breaker_of
 
-    def _breaker(self, keys: Sequence[str]) -> Any:
-        if self.endpoint is None:
+    def _breaker(self, keys: Sequence[str]) -> CircuitBreaker | None:
+        if self.breaker_of is None:
             return None
-        breaker = breaker_for(self.endpoint(keys[0]))
+        breaker = self.breaker_of(keys[0])
         breaker.before_call()  # raises CircuitOpen (a BackendError) while open
         return breaker
 
     @staticmethod
-    def _failed(breaker: Any, exc: BaseException) -> BackendError:
+    def _failed(breaker: CircuitBreaker | None, exc: BaseException) -> BackendError:
         if breaker is not None:
             if _counts_against_endpoint(exc):
                 breaker.failure(exc)

@@ -4,7 +4,7 @@ DRF's ``tests/conftest.py`` calls ``settings.configure(...)`` in ``pytest_config
 this plugin, loaded before it with ``-p``, adds to those options only: ``django_gcra``
 in ``INSTALLED_APPS``, a django-redis ``default`` cache on the redis-server named by
 ``GCRA_DRF_REDIS_URL``, and ``DJANGO_GCRA`` with the test suite's generous limiter
-timeout (tests/workers.py's TEST_TIMEOUT_MS; this process cannot import it, since
+timeout (tests/support/workers.py's TEST_TIMEOUT_MS; this process cannot import it, since
 DRF's ``tests`` package takes that name) and no audit trail.
 """
 

@@ -21,8 +21,8 @@ from rest_framework.views import APIView
 
 from django_gcra.throttling import GCRAScopedRateThrottle, GCRAUserRateThrottle
 from tests.peers import drf_suite
-from tests.servers import start_redis
-from tests.surfaces_helpers import sf_list
+from tests.support.servers import start_redis
+from tests.support.surfaces_helpers import sf_list
 
 pytestmark = [pytest.mark.redis]
 

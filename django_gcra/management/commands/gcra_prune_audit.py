@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from django_gcra.audit import audit_setting
+from django_gcra.conf import get_settings
 from django_gcra.models import AuditEvent
 
 
@@ -20,7 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
 
     def handle(self, *args: Any, days: float | None, dry_run: bool, **options: Any) -> None:
-        days = audit_setting("RETENTION_DAYS") if days is None else days
+        days = get_settings().audit.retention_days if days is None else days
         if isinstance(days, bool) or not isinstance(days, (int, float)) or days < 0:
             raise CommandError(f"retention must be a number of days >= 0, not {days!r}")
         cutoff = timezone.now() - datetime.timedelta(days=days)

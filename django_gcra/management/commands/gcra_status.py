@@ -6,13 +6,11 @@ import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db.models import Q
-from django.utils import timezone
 
-from django_gcra.audit import AUDIT_DEFAULTS, audit_setting
-from django_gcra.backends.redis import SCRIPT_SHA, django_redis_client
-from django_gcra.conf import get_config
+from django_gcra.backends.redis import SCRIPT, SCRIPT_SHA
+from django_gcra.conf import get_settings
 from django_gcra.overrides import version_key
+from django_gcra.store import cache_connection
 
 
 class Command(BaseCommand):
@@ -22,7 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--load-script", action="store_true", help="Load the GCRA script if Redis lacks it.")
 
     def handle(self, *args: Any, load_script: bool, **options: Any) -> None:
-        config = get_config()
+        config = get_settings()
         self.stdout.write(self.style.MIGRATE_HEADING("Policies"))
         for policy in config.policies.values():
             lease = f", lease {policy.lease.size} for {policy.lease.ttl}s" if policy.lease else ""
@@ -30,21 +28,20 @@ class Command(BaseCommand):
             for limit in policy.limits:
                 rates = ", ".join(str(r) if t is None else f"{t}: {r}" for t, r in limit.rates.items())
                 burst = limit.burst if limit.burst is not None else "= rate count"
-                mode = "shadow" if "shadow" in (policy.mode, limit.mode) else "enforce"  # as decide() applies it
-                self.stdout.write(f"  - {limit.name} [{mode}] key {'+'.join(limit.key)}: {rates}, burst {burst}")
+                self.stdout.write(f"  - {limit.name} [{policy.mode_of(limit)}] key {'+'.join(limit.key)}: {rates}, burst {burst}")
         self._overrides()
         self.stdout.write(self.style.MIGRATE_HEADING("Audit"))
-        self.stdout.write("  " + ", ".join(f"{k.lower()} {audit_setting(k)}" for k in AUDIT_DEFAULTS))
+        audit = config.audit
+        self.stdout.write(f"  enabled {audit.enabled}, flush_interval {audit.flush_interval}, "
+                          f"max_buffer {audit.max_buffer}, retention_days {audit.retention_days}")
         self.stdout.write(self.style.MIGRATE_HEADING(f"Redis (cache alias {config.cache_alias!r})"))
         try:
-            client = django_redis_client(config.cache_alias)
+            client = cache_connection(config.cache_alias)
             started = time.perf_counter()
             client.ping()
             took = (time.perf_counter() - started) * 1000
             loaded = bool(client.script_exists(SCRIPT_SHA)[0])
             if not loaded and load_script:
-                from django_gcra.backends.redis import SCRIPT
-
                 loaded = client.script_load(SCRIPT) == SCRIPT_SHA
             version = client.get(version_key())
         except Exception as exc:
@@ -58,10 +55,8 @@ class Command(BaseCommand):
         from django_gcra.models import LimitOverride
 
         self.stdout.write(self.style.MIGRATE_HEADING("Overrides in force"))
-        now = timezone.now()
         try:
-            active = list(LimitOverride.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now),
-                                                       enabled=True))
+            active = list(LimitOverride.objects.in_force())
         except Exception as exc:
             self.stdout.write(self.style.ERROR(f"  database unreachable: {exc}"))
             return

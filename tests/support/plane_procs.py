@@ -1,7 +1,7 @@
 """Separate processes for the hot-reload tests: they share a file SQLite database and a
 real redis-server with the test, as the processes of one deployment do.
 
-    python -m tests.plane_procs CONFIG_JSON COMMAND [ARG]
+    python -m tests.support.plane_procs CONFIG_JSON COMMAND [ARG]
 
 CONFIG_JSON holds ``db`` (SQLite path), ``redis`` (URL) and ``gcra`` (DJANGO_GCRA).
 Commands: ``migrate``; ``watch`` (print the burst in force for tenant acme whenever it

@@ -1,7 +1,8 @@
 """``LeasingBackend``: serve most decisions of a hot key from a local lease.
 
 A policy with ``"lease": {"size": L, "ttl": s}`` is decided by a ``LeasingBackend``
-wrapped around the store (see ``django_gcra.leases``). A request its process's lease for
+wrapped around the store (``django_gcra.leases`` keeps one per policy and process;
+``key_lease`` holds one key's units in memory). A request its process's lease for
 the key cannot cover takes up to L units from the global GCRA in ONE script call (as
 many as are free near the quota edge, at least the request's own cost), spends its own
 cost and keeps the rest for ``ttl`` seconds. Every leased unit is counted by the script
@@ -25,9 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from ..algorithm import DENIED
-from ..policy import Lease
 from .base import Backend, BackendError, LimitSpec, Outcome
-from .lease_state import Chunk, KeyLease, LeaseStats, units
+from .key_lease import Chunk, KeyLease, LeaseStats, units
 
 __all__ = ["LeaseStats", "LeasingBackend"]
 
@@ -42,9 +42,11 @@ class LeasingBackend(Backend):
     several limits, peeks (cost 0), and costs above the burst.
     """
 
-    def __init__(self, inner: Backend, lease: Lease, *, max_keys: int = 10_000,
-                 clock: Callable[[], float] = time.monotonic, prefetch: Callable[[Callable[[], None]], object] | None = None):
-        self.inner, self.lease, self.max_keys, self.clock = inner, lease, max_keys, clock
+    def __init__(self, inner: Backend, size: int, ttl: float, low_water: int = 0, *, max_keys: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic,
+                 prefetch: Callable[[Callable[[], None]], object] | None = None) -> None:
+        self.inner, self.max_keys, self.clock = inner, max_keys, clock
+        self.size, self.ttl, self.low_water = size, ttl, low_water  # units per lease, seconds, prefetch mark
         self.prefetch = prefetch or _submit
         self._stats = LeaseStats()
         self._stats_lock = threading.Lock()
@@ -65,7 +67,7 @@ class LeasingBackend(Backend):
             return self._direct(state, self.inner.evaluate(specs, cost))
         need, started = cost - units(own), self.clock()
         try:
-            outcome = self.inner.take(specs, max(self.lease.size, need), need)
+            outcome = self.inner.take(specs, max(self.size, need), need)
         except BaseException:
             self._refilled(state, need, own, started, None)
             raise
@@ -82,7 +84,7 @@ class LeasingBackend(Backend):
             return self._direct(state, await self.inner.aevaluate(specs, cost))
         need, started = cost - units(own), self.clock()
         try:
-            outcome = await self.inner.atake(specs, max(self.lease.size, need), need)
+            outcome = await self.inner.atake(specs, max(self.size, need), need)
         except BaseException:
             self._refilled(state, need, own, started, None)
             raise
@@ -103,7 +105,7 @@ class LeasingBackend(Backend):
             if state.held >= cost:
                 state.spend(cost)
                 self._count(1, local=1, stranded=stranded)
-                if self.lease.low_water and state.held <= self.lease.low_water and not state.refilling:
+                if self.low_water and state.held <= self.low_water and not state.refilling:
                     state.claim()
                     self.prefetch(lambda: self._prefetch(state))
                 return state.outcome(now), None
@@ -129,7 +131,7 @@ class LeasingBackend(Backend):
                 if outcome is not None and outcome.retry_after is not None:
                     state.denied_until, state.denied_need = started + outcome.retry_after / 1e6, need
             else:  # the units were counted after `started`: they expire a ttl from then
-                state.add(granted - need, started + self.lease.ttl)
+                state.add(granted - need, started + self.ttl)
             stranded, held = state.expire(self.clock()), state.held
         self._count(int(outcome is not None), calls=1, leased=granted, stranded=stranded)
         return None if outcome is None else outcome._replace(remaining=(outcome.remaining[0] + held,))
@@ -147,7 +149,7 @@ class LeasingBackend(Backend):
         """Top the lease up ahead of need, off the request path (a background thread)."""
         started, outcome = self.clock(), None
         try:
-            outcome = self.inner.take([state.spec], self.lease.size, 1)
+            outcome = self.inner.take([state.spec], self.size, 1)
         except BackendError as exc:  # the next request that needs the store will see it too
             logger.debug("django_gcra: lease prefetch failed: %s", exc)
         granted = (outcome.granted or 0) if outcome is not None else 0
@@ -155,7 +157,7 @@ class LeasingBackend(Backend):
             state.settle()
             if outcome is not None:
                 state.observe(outcome, self.clock())
-            state.add(granted, started + self.lease.ttl)
+            state.add(granted, started + self.ttl)
         self._count(0, calls=1, leased=granted)
 
     def _count(self, decisions: int, local: int = 0, calls: int = 0, leased: int = 0, stranded: int = 0) -> None:
@@ -191,7 +193,7 @@ class LeasingBackend(Backend):
 
     def _sweep(self, now: float) -> None:
         """Drop idle leases (every unit expired); past ``max_keys``, the least recently used."""
-        self._next_sweep = now + self.lease.ttl
+        self._next_sweep = now + self.ttl
         stranded = 0
         for key, state in list(self._keys.items()):
             if not state.refilling and all(c.expires <= now for c in state.chunks):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
-from tests.servers import RedisServer
+from tests.support.servers import RedisServer
 
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 
@@ -117,8 +117,8 @@ def tenants_in_slots(slots: range, count: int, prefix: str = "t") -> list[str]:
 
 def hammer(urls: list[str], gcra: dict, policy: str, descriptors: dict, start_at: float, duration: float,
            max_calls: int = 200_000) -> tuple[int, int, float, float, int]:
-    """tests.workers.hammer on the cluster; also returns the number of fallback decisions."""
-    from tests.workers import setup_django, timed_loop
+    """tests.support.workers.hammer on the cluster; also returns the number of fallback decisions."""
+    from tests.support.workers import setup_django, timed_loop
 
     setup_django(None, gcra, caches={"default": cluster_caches(urls)})
     from django_gcra import decide

@@ -15,7 +15,7 @@ POLICIES = {
     "down": {"limits": [{"name": "ip", "key": ["ip"], "rate": "5/m", "burst": 1}], "on_failure": "closed"},
     "routed": {"limits": [{"name": "route", "key": ["route", "method"], "rate": "5/m", "burst": 1}]},
 }
-DESCRIPTORS = {"tenant": "tests.descriptors.tenant_of", "tier": "tests.descriptors.tier_of"}
+DESCRIPTORS = {"tenant": "tests.support.descriptors.tenant_of", "tier": "tests.support.descriptors.tier_of"}
 
 
 def configure(gcra_settings, **extra):

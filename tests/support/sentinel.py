@@ -12,7 +12,7 @@ from pathlib import Path
 
 import redis
 
-from tests.servers import RedisServer, free_port, start_redis
+from tests.support.servers import RedisServer, free_port, start_redis
 
 REDIS_SENTINEL = shutil.which("redis-sentinel") or "/usr/bin/redis-sentinel"
 SERVICE = "mymaster"

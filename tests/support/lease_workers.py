@@ -1,10 +1,10 @@
-"""Worker processes for the lease tests: tests.workers.hammer, plus this process's lease counters."""
+"""Worker processes for the lease tests: tests.support.workers.hammer, plus this process's lease counters."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 
-from tests.workers import hammer
+from tests.support.workers import hammer
 
 
 def lease_hammer(redis_url: str, gcra: dict, policy: str, descriptors: dict, start_at: float, duration: float,

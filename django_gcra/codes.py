@@ -1,0 +1,76 @@
+"""The system-check IDs, defined once, and ``Problem``: one finding about the configuration.
+
+Every ID is listed in docs/reference/checks.md. Ranges: E001-E016 policies and top-level
+settings, E020-E029 surfaces, E030-E039 policy plane, E040-E049 resilience, E050-E059
+leases, E060-E069 DRF throttles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Codes", "Problem"]
+
+
+class Codes:
+    NOT_A_DICT = "django_gcra.E001"
+    BAD_RATE = "django_gcra.E002"
+    BAD_BURST = "django_gcra.E003"
+    BAD_KEY = "django_gcra.E004"
+    NO_LIMITS = "django_gcra.E005"
+    CACHE_MISSING = "django_gcra.E006"
+    CACHE_NOT_REDIS = "django_gcra.E007"
+    DUPLICATE_LIMIT = "django_gcra.E008"
+    BAD_CHOICE = "django_gcra.E009"
+    BAD_NAME = "django_gcra.E010"
+    BAD_SHARD = "django_gcra.E011"
+    BAD_FALLBACK_RATE = "django_gcra.E012"
+    BAD_DESCRIPTOR_PATH = "django_gcra.E013"
+    BAD_LEASE = "django_gcra.E014"
+    BAD_DEFAULT_TIER = "django_gcra.E015"
+    UNKNOWN_KEY = "django_gcra.E016"
+    UNKNOWN_SETTING = "django_gcra.W001"
+    ONE_SLOT = "django_gcra.W002"
+
+    BAD_HEADERS = "django_gcra.E020"
+    BAD_DENIED_VIEW = "django_gcra.E021"
+    BAD_IPV6_PREFIX = "django_gcra.E022"
+    BAD_TRUSTED_PROXIES = "django_gcra.E023"
+    BAD_ROUTE = "django_gcra.E024"
+    ROUTE_UNKNOWN_POLICY = "django_gcra.E025"
+    VIEW_UNKNOWN_POLICY = "django_gcra.E026"
+    NO_MIDDLEWARE = "django_gcra.W020"
+    MIDDLEWARE_BEFORE_AUTH = "django_gcra.W021"
+
+    BAD_AUDIT = "django_gcra.E030"
+    BAD_OVERRIDE_TIMING = "django_gcra.E031"
+    STALE_OVERRIDE = "django_gcra.W030"
+    OVERRIDE_TTL_SHORT = "django_gcra.W031"
+
+    BAD_TIMEOUT = "django_gcra.E040"
+    BAD_BREAKER = "django_gcra.E041"
+    BAD_FALLBACK_PROCESSES = "django_gcra.E042"
+    BAD_FALLBACK_LOG_INTERVAL = "django_gcra.E043"
+    BAD_CLUSTER_NODES = "django_gcra.E044"
+    SLOW_TIMEOUT = "django_gcra.W040"
+    LOCAL_FULL_RATE = "django_gcra.W041"
+
+    LEASE_COMPOSITE = "django_gcra.E050"
+    LEASE_TOO_BIG = "django_gcra.E051"
+    BAD_LOW_WATER = "django_gcra.E052"
+    BAD_LEASE_MAX_KEYS = "django_gcra.E053"
+    LEASE_LOW_RATE = "django_gcra.W050"
+    LEASE_SHADOW = "django_gcra.W051"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: an error (the limiter refuses to run) or a warning."""
+
+    id: str  # one of Codes
+    msg: str
+    hint: str | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return ".E" in self.id

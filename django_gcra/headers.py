@@ -1,0 +1,86 @@
+"""Quota headers for a decision (draft-ietf-httpapi-ratelimit-headers-11 and older styles).
+
+For a limit of rate N per period P with burst B:
+
+- ``q`` (``X-RateLimit-Limit``) = B, the units a rested key admits at once;
+- ``w`` = the seconds B units take to refill (B * P / N, rounded up);
+- ``r`` (``X-RateLimit-Remaining``) = the units still available now;
+- ``t`` = the seconds until the key is fully rested; on a denial, the Retry-After.
+  ``X-RateLimit-Reset`` is the Unix time now + t.
+
+Only enforced limits are shown: a shadow limit is never advertised, and a policy whose
+limits are all in shadow sends no quota header. ``RateLimit-Policy`` lists every
+enforced limit evaluated; ``RateLimit`` names the binding one. The ``HEADERS`` setting
+picks the fields: ``draft-11`` (X-RateLimit-* and the two draft-11 fields), ``draft-03``
+(X-RateLimit-* and RateLimit-Limit/-Remaining/-Reset), ``x-ratelimit`` or ``none``.
+``Retry-After`` (whole seconds, rounded up) is sent on every denial whatever the style,
+except when no wait can ever admit the request.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .conf import get_settings
+
+if TYPE_CHECKING:
+    from .decision import Decision, LimitState
+
+__all__ = ["enforced_binding", "quota_headers", "retry_after_header"]
+
+
+def retry_after_header(retry_after: float) -> str:
+    """Whole seconds, rounded up: a client that waits exactly this long is admitted."""
+    return str(max(1, math.ceil(retry_after)))
+
+
+def _window(state: LimitState) -> int:
+    return max(1, math.ceil(state.burst * state.rate.interval / 1_000_000))
+
+
+def _sf_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def enforced_binding(decision: Decision) -> tuple[LimitState | None, Sequence[LimitState]]:
+    """The limit a client is told about, and every enforced limit: on a denial the
+    denying limit, else the enforced one with the least remaining; (None, ()) when no
+    enforced limit was evaluated."""
+    enforced = [s for s in decision.limits if s.mode == "enforce"]
+    if not enforced:
+        return None, ()
+    if not decision.allowed:
+        binding = decision.binding
+        if binding is not None and binding.mode == "enforce":
+            return binding, enforced
+    return min(enforced, key=lambda s: s.remaining), enforced
+
+
+def quota_headers(decision: Decision, style: str | None = None) -> dict[str, str]:
+    """The quota headers for ``decision`` and, on a denial, ``Retry-After``."""
+    style = get_settings().headers if style is None else style
+    headers: dict[str, str] = {}
+    if not decision.allowed and not decision.impossible:
+        headers["Retry-After"] = retry_after_header(decision.retry_after)
+    if style == "none":
+        return headers
+    binding, enforced = enforced_binding(decision)
+    if binding is None:
+        return headers
+    if decision.allowed:
+        remaining, reset = binding.remaining, math.ceil(binding.reset_after)
+    else:
+        remaining, reset = 0, int(headers.get("Retry-After", _window(binding)))
+    headers["X-RateLimit-Limit"] = str(binding.burst)
+    headers["X-RateLimit-Remaining"] = str(remaining)
+    headers["X-RateLimit-Reset"] = str(math.ceil(time.time()) + reset)
+    if style == "draft-11":
+        headers["RateLimit-Policy"] = ", ".join(f"{_sf_string(s.name)};q={s.burst};w={_window(s)}" for s in enforced)
+        headers["RateLimit"] = f"{_sf_string(binding.name)};r={remaining};t={reset}"
+    elif style == "draft-03":
+        headers.update({"RateLimit-Limit": str(binding.burst), "RateLimit-Remaining": str(remaining),
+                        "RateLimit-Reset": str(reset)})
+    return headers

@@ -1,0 +1,156 @@
+"""Planning a decision: policy -> the limits in force (tier, overrides, mode) -> keys.
+
+``plan()`` validates the caller's input and returns what one decision will ask of the
+store. Plans of policies without overrides are memoized (``PlanMemo``), so a hot key's
+plan is built once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from . import overrides
+from .backends import LimitSpec
+from .conf import get_settings, on_change
+from .keys import build_key, escape
+from .policy import Limit, Policy
+from .rates import Rate
+
+__all__ = ["Plan", "PlanMemo", "PlannedLimit", "get_policy", "plan"]
+
+
+def get_policy(policy: str | Policy) -> Policy:
+    """The configured policy of that name (a ``Policy`` is returned as it is); ``KeyError``
+    names the configured ones."""
+    if isinstance(policy, Policy):
+        return policy
+    policies = get_settings().policies
+    try:
+        return policies[policy]
+    except (KeyError, TypeError):
+        known = ", ".join(sorted(policies)) or "none"
+        raise KeyError(f"unknown rate-limit policy {policy!r} (configured: {known})") from None
+
+
+class PlannedLimit(NamedTuple):
+    """One limit as it applies to one request: its rate, burst and mode in force."""
+
+    limit: Limit
+    rate: Rate
+    burst: int
+    mode: str  # enforce | shadow
+
+
+class Plan(NamedTuple):
+    """What one decision will ask of the backend."""
+
+    policy: Policy
+    cost: int
+    limits: tuple[PlannedLimit, ...]
+    specs: tuple[LimitSpec, ...]
+    descriptors: Mapping[str, str]
+
+
+class PlanMemo:
+    """Plans of policies without overrides, by (policy name, cost, tier, descriptor values).
+    Bounded: once full it admits nothing new, since a stream of one-off keys churning it
+    costs more (in garbage collection) than resolving them; a full memo is emptied at
+    most every ``refill_after`` seconds to let new hot keys in. A hit must be of the same
+    Policy object, so a reloaded configuration never meets a stale plan."""
+
+    def __init__(self, size: int = 4096, refill_after: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.size, self.refill_after, self.clock = size, refill_after, clock
+        self.plans: dict[tuple[Any, ...], Plan] = {}
+        self.next_refill = clock() + refill_after
+
+    def get(self, key: tuple[Any, ...], pol: Policy) -> Plan | None:
+        found = self.plans.get(key)
+        return found if found is not None and found.policy is pol else None
+
+    def put(self, key: tuple[Any, ...], p: Plan) -> None:
+        if len(self.plans) >= self.size:
+            now = self.clock()
+            if now < self.next_refill:
+                return
+            self.plans.clear()
+            self.next_refill = now + self.refill_after
+        self.plans[key] = p
+
+    def clear(self) -> None:
+        self.plans.clear()
+
+
+_plans = PlanMemo()
+on_change(_plans.clear)
+
+
+def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) -> Plan:
+    """Resolve the policy's limits for these descriptors; raise on bad input."""
+    pol = get_policy(policy)
+    if type(cost) is not int:  # bool, a subclass of int, is refused too
+        raise TypeError(f"cost must be an int, not {type(cost).__name__}")
+    if cost < 0:
+        raise ValueError(f"cost must be >= 0, not {cost}")
+    values: dict[str, str] = {}
+    tier = descriptors.get("tier")
+    tier = None if tier is None else str(tier)
+    memo_key: list[Any] = [pol.name, cost, tier]
+    for name in pol.descriptors:
+        try:
+            value = descriptors[name]
+        except KeyError:
+            raise KeyError(f"policy {pol.name!r} needs descriptor {name!r}; pass None to skip the limits that "
+                           "use it") from None
+        if value is not None:
+            if type(value) is not str:
+                if type(value) is not int:
+                    raise TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
+                value = str(value)
+            values[name] = value
+        memo_key.append(value)
+    index = overrides.cache.get()
+    if pol.name in index:  # overrides match on values and expire: resolve every time
+        return _resolve(pol, cost, values, tier, index)
+    key = tuple(memo_key)
+    found = _plans.get(key, pol)
+    if found is None:
+        found = _resolve(pol, cost, values, tier, index)
+        _plans.put(key, found)
+    return found
+
+
+def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, index: overrides.Index) -> Plan:
+    escaped = {name: escape(value) for name, value in values.items()}
+    prefix = get_settings().prefix
+    shard = escaped[pol.shard] if pol.shard in escaped else pol.name
+    overridden = pol.name in index
+    planned, specs = [], []
+    for limit in pol.limits:
+        try:
+            parts = [escaped[d] for d in limit.key]
+        except KeyError:
+            continue  # a descriptor missing for this request skips the limit (documented)
+        rate = _rate(limit, tier)
+        burst = limit.burst_for(rate)
+        mode = pol.mode_of(limit)
+        if overridden:
+            effective = overrides.apply_override(index, pol, limit, values, rate, burst, mode)
+            if effective is None:
+                continue  # turned off by an override
+            rate, burst, mode = effective
+        planned.append(PlannedLimit(limit, rate, burst, mode))
+        specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), rate.interval, burst,
+                               mode == "enforce"))
+    return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values))
+
+
+def _rate(limit: Limit, tier: str | None) -> Rate:
+    rate = limit.rate_for(tier)
+    if rate is None:  # an unknown or missing tier: the default tier
+        default = get_settings().default_tier
+        rate = limit.rates[default] if default is not None else next(iter(limit.rates.values()))
+    return rate

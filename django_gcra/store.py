@@ -1,0 +1,136 @@
+"""The store a decision runs on, composed in one place from the settings.
+
+Which client (the limiter's own, with ``TIMEOUT``/``CONNECT_TIMEOUT``), which circuit
+breaker (one per endpoint; on Redis Cluster one per primary), and which lease wrapper
+(``leases``). The backends below take plain clients and numbers; everything here is
+rebuilt when the settings change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import weakref
+from typing import Any
+
+import redis
+import redis.cluster
+from django.conf import settings as django_settings
+
+from . import leases
+from .backends import Backend
+from .backends.breaker import CLOSED, CircuitBreaker, breaker_for
+from .backends.clients import Timeouts, build_async_client, build_sync_client, endpoint_name
+from .backends.cluster import node_of
+from .backends.redis import RedisBackend
+from .conf import get_settings, on_change
+from .policy import Policy
+
+__all__ = ["backend_for", "cache_connection", "endpoint_for", "limiter_async_client", "limiter_client",
+           "read_guarded", "store_backend"]
+
+_lock = threading.Lock()
+_sync: dict[str, Any] = {}
+_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = weakref.WeakKeyDictionary()
+_backends: dict[str, RedisBackend] = {}
+_endpoints: dict[str, str] = {}
+
+
+def _timeouts() -> Timeouts:
+    s = get_settings()
+    return Timeouts(s.timeout, s.connect_timeout)
+
+
+def _cache_client(alias: str) -> Any:
+    """The django-redis client object of ``alias`` (no network I/O)."""
+    from django.core.cache import caches
+
+    return caches[alias].client
+
+
+def limiter_client(alias: str) -> Any:
+    """The sync client (``redis.Redis`` or ``RedisCluster``) the limiter uses for ``alias``."""
+    client = _sync.get(alias)
+    if client is None:
+        with _lock:
+            client = _sync.get(alias)
+            if client is None:
+                client = _sync[alias] = build_sync_client(_cache_client(alias), _timeouts())
+    return client
+
+
+def limiter_async_client(alias: str) -> Any | None:
+    """A native asyncio client for ``alias``, one per event loop; None: use a thread."""
+    per_loop = _async.setdefault(asyncio.get_running_loop(), {})
+    if alias not in per_loop:
+        per_loop[alias] = build_async_client(_cache_client(alias), _timeouts())
+    return per_loop[alias]
+
+
+def _endpoint(alias: str) -> str:
+    name = _endpoints.get(alias)
+    if name is None:
+        name = _endpoints[alias] = endpoint_name(django_settings.CACHES.get(alias, {}))
+    return name
+
+
+def endpoint_for(alias: str, key: str) -> str:
+    """The circuit-breaker endpoint of a decision on ``key``: the alias's configured
+    server, or on Redis Cluster the primary that serves the key's slot (one dead shard
+    does not open the circuit for the others)."""
+    client = _sync.get(alias)
+    # isinstance(x, redis.Redis) is cheap; RedisCluster's Protocol bases make its check slow.
+    if not isinstance(client, redis.Redis) and isinstance(client, redis.cluster.RedisCluster):
+        node = node_of(client, key)
+        if node is not None:
+            return node
+    return _endpoint(alias)
+
+
+def _breaker_of(alias: str, key: str) -> CircuitBreaker:
+    config = get_settings().breaker
+    return breaker_for(endpoint_for(alias, key), config.failures, config.cooldown)
+
+
+def store_backend(alias: str | None = None) -> RedisBackend:
+    """The Redis backend of ``alias`` (default: ``CACHE_ALIAS``)."""
+    alias = get_settings().cache_alias if alias is None else alias
+    backend = _backends.get(alias)
+    if backend is None:
+        backend = _backends[alias] = RedisBackend(functools.partial(limiter_client, alias),
+                                                  functools.partial(limiter_async_client, alias),
+                                                  functools.partial(_breaker_of, alias))
+    return backend
+
+
+def backend_for(policy: Policy) -> Backend:
+    """The backend that decides ``policy``: the store of ``CACHE_ALIAS``, behind local
+    leases when the policy has a ``lease``."""
+    return leases.leasing_backend(store_backend(), policy)
+
+
+def read_guarded(key: str) -> bytes | None:
+    """GET ``key`` with the limiter's tight timeouts, and not at all while the endpoint's
+    circuit breaker is open (raises ``ConnectionError``): for reads on the request path."""
+    alias = get_settings().cache_alias
+    if _breaker_of(alias, key).state != CLOSED:
+        raise ConnectionError("circuit open")
+    value: bytes | None = limiter_client(alias).get(key)
+    return value
+
+
+def cache_connection(alias: str | None = None) -> Any:
+    """The cache's own client (its general timeouts): for commands off the decision path."""
+    from django_redis import get_redis_connection
+
+    return get_redis_connection(get_settings().cache_alias if alias is None else alias)
+
+
+@on_change
+def _forget() -> None:
+    with _lock:
+        _sync.clear()
+        _async.clear()
+        _backends.clear()
+        _endpoints.clear()
