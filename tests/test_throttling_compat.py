@@ -281,3 +281,17 @@ def test_several_throttles_name_the_longest_wait_and_list_every_limit():
     assert params["t"] == int(third["Retry-After"]) and 29 <= params["t"] <= 30
     assert third["X-RateLimit-Limit"] == "2" and third["X-RateLimit-Remaining"] == "0"
     assert dict(sf_list(third, "RateLimit-Policy")).keys() == {"burst", "sustained"}
+
+
+def test_a_shadow_throttle_beside_an_enforced_one_is_not_advertised(gcra_settings):
+    from django_gcra.throttling import PolicyThrottle
+    from tests.support.surfaces_helpers import configure
+
+    configure(gcra_settings)  # "shadowed": ip 5/m, burst 1, mode shadow
+    view = view_with(PolicyThrottle, GCRAAnonRateThrottle, ratelimit_policy="shadowed")
+    responses = [view(factory.get("/")) for _ in range(3)]
+    assert [r.status_code for r in responses] == [200, 200, 429]  # anon: 2/m; the shadow limit never denies
+    for response in responses:
+        assert dict(sf_list(response, "RateLimit-Policy")).keys() == {"anon"}
+        assert [name for name, _ in sf_list(response, "RateLimit")] == ["anon"]
+    assert responses[0]["X-RateLimit-Remaining"] == "1"
