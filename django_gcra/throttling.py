@@ -23,6 +23,7 @@ without a wait, and a ``closed`` policy whose store is unreachable raises a 503.
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -123,6 +124,16 @@ def _trusted_proxies_set() -> bool:
     return isinstance(value, Mapping) and "TRUSTED_PROXIES" in value
 
 
+_warned: weakref.WeakSet[type] = weakref.WeakSet()
+
+
+def _warn_unhonoured(cls: type, name: str, stacklevel: int) -> None:
+    _warned.add(cls)
+    warnings.warn(f"{cls.__module__}.{cls.__qualname__} overrides {name!r}, which django_gcra cannot honour: time "
+                  "and throttle state come from Redis (one script call per decision).", ThrottleOverrideWarning,
+                  stacklevel=stacklevel)
+
+
 class _LiveRates:
     """DRF's ``DEFAULT_THROTTLE_RATES`` at each access (DRF's copy them once, at import,
     so ``override_settings`` never reaches them). A subclass's own ``THROTTLE_RATES`` wins."""
@@ -144,9 +155,7 @@ class GCRARateThrottle(GCRAThrottle, SimpleRateThrottle):
         super().__init_subclass__(**kwargs)
         for name in UNHONOURED:
             if name in cls.__dict__:
-                warnings.warn(f"{cls.__module__}.{cls.__qualname__} overrides {name!r}, which django_gcra cannot "
-                              "honour: time and throttle state come from Redis (one script call per decision).",
-                              ThrottleOverrideWarning, stacklevel=2)
+                _warn_unhonoured(cls, name, stacklevel=3)
 
     def parse_rate(self, rate: Any) -> tuple[int | None, int | None]:
         return parse_drf_rate(rate)
@@ -197,6 +206,9 @@ class GCRARateThrottle(GCRAThrottle, SimpleRateThrottle):
     def allow_request(self, request: Any, view: Any) -> bool:
         if self.rate is None:
             return True
+        cls = type(self)
+        if cls.timer is not SimpleRateThrottle.timer and cls not in _warned:  # set after the class was made
+            _warn_unhonoured(cls, "timer", stacklevel=4)
         self.decision, self._never = None, False
         found = self.get_policy(request, view)
         if found is None:

@@ -295,3 +295,14 @@ def test_a_shadow_throttle_beside_an_enforced_one_is_not_advertised(gcra_setting
         assert dict(sf_list(response, "RateLimit-Policy")).keys() == {"anon"}
         assert [name for name, _ in sf_list(response, "RateLimit")] == ["anon"]
     assert responses[0]["X-RateLimit-Remaining"] == "1"
+
+
+def test_a_timer_set_after_the_class_is_made_is_reported_once(monkeypatch):
+    class Mocked(GCRAAnonRateThrottle):
+        pass
+
+    monkeypatch.setattr(Mocked, "timer", lambda self: 0, raising=False)  # DRF's tests do this
+    view = view_with(Mocked)
+    with pytest.warns(ThrottleOverrideWarning, match="Mocked overrides 'timer'") as caught:
+        assert statuses(view, 3) == [200, 200, 429]  # the mocked clock changes nothing
+    assert len(caught) == 1
