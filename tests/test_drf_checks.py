@@ -111,3 +111,13 @@ def test_without_drf_there_is_nothing_to_check(drf, monkeypatch):
     drf(DEFAULT_THROTTLE_RATES={"anon": "fast"})
     monkeypatch.setitem(sys.modules, "rest_framework.settings", None)  # import fails, as without DRF
     assert drf_problems() == []
+
+
+def test_every_id_is_documented():
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    used = set(re.findall(r"django_gcra\.[EW]06\d", (root / "django_gcra" / "drf_checks.py").read_text()))
+    documented = set(re.findall(r"`(django_gcra\.[EW]06\d)`", (root / "docs" / "reference" / "checks.md").read_text()))
+    assert used == documented and len(used) == 8
