@@ -306,3 +306,14 @@ def test_a_timer_set_after_the_class_is_made_is_reported_once(monkeypatch):
     with pytest.warns(ThrottleOverrideWarning, match="Mocked overrides 'timer'") as caught:
         assert statuses(view, 3) == [200, 200, 429]  # the mocked clock changes nothing
     assert len(caught) == 1
+
+
+def test_one_script_call_per_throttle_decision(drf):
+    view = view_with(Burst, Sustained)
+    view(factory.get("/"))  # loads the script and the override stamp
+    drf.config_resetstat()
+    for _ in range(3):
+        view(factory.get("/"))
+    stats = drf.info("commandstats")
+    scripts = sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "eval", "fcall"))
+    assert scripts == 6  # two throttles, three requests: every decision one call, denied ones included
