@@ -3,5 +3,5 @@
 from .decision import Decision
 from .limiter import adecide, decide
 
-__all__ = ["Decision", "decide", "adecide"]
+__all__ = ["Decision", "adecide", "decide"]
 __version__ = "0.1.0"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
@@ -45,7 +45,7 @@ def _bulk(description: str, **changes: Any) -> Any:
         modeladmin.message_user(request, ngettext("%d override updated.", "%d overrides updated.", count) % count,
                                 messages.SUCCESS)
 
-    action.short_description = description
+    action.short_description = description  # type: ignore[attr-defined]
     action.__name__ = "make_" + "_".join(f"{k}_{v}" for k, v in changes.items())
     return action
 
@@ -96,7 +96,7 @@ class AuditEventAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def get_urls(self) -> list:
+    def get_urls(self) -> list[Any]:
         report = path("shadow-report/", self.admin_site.admin_view(self.shadow_report_view),
                       name="django_gcra_auditevent_shadow_report")
         return [report, *super().get_urls()]

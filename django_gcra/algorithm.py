@@ -99,13 +99,13 @@ def gcra_composite(
 
     writes: list[int | None] = []
     remaining, reset_after = [], []
-    for i, (result, tat, (interval, burst, enforce)) in enumerate(zip(results, tats, limits)):
+    for result, tat, (interval, burst, enforce) in zip(results, tats, limits):
         write = enforced == ALLOWED and result.allowed and (would == ALLOWED or enforce)
         stored = result.tat if write else (now if tat is None or tat < now else tat)
         writes.append(stored if write and cost > 0 else None)
         remaining.append(_remaining(stored, now, interval, interval * burst))
         reset_after.append(stored - now)
     return CompositeResult(
-        enforced, would, retry if binding is not None else 0, binding, tuple(writes), tuple(remaining), tuple(reset_after),
-        cost,
+        enforced, would, retry if binding is not None else 0, binding, tuple(writes), tuple(remaining),
+        tuple(reset_after), cost,
     )

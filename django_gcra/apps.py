@@ -9,10 +9,9 @@ class DjangoGCRAConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The system checks; override invalidation; and the observers of every decision
-        # (the audit trail and metrics; the limiter knows neither).
-        from . import audit, checks, metrics, overrides  # noqa: F401
-        from . import drf_checks  # noqa: F401  (DRF's throttle settings; imports DRF only when checking)
+        # The system checks (drf_checks imports DRF only when they run); override invalidation;
+        # and the observers of every decision (the audit trail and metrics; the limiter knows neither).
+        from . import audit, checks, drf_checks, metrics, overrides  # noqa: F401
         from .signals import observers
 
         override_model = self.get_model("LimitOverride")

@@ -23,8 +23,8 @@ from .policy import Policy, parse_policy
 from .routes import Route, parse_routes
 from .validation import is_int, is_number
 
-__all__ = ["DEFAULTS", "AUDIT_DEFAULTS", "AuditSettings", "BreakerSettings", "Settings", "get_settings",
-           "problems", "on_change"]
+__all__ = ["AUDIT_DEFAULTS", "DEFAULTS", "AuditSettings", "BreakerSettings", "Settings", "generation",
+           "get_settings", "on_change", "problems"]
 
 AUDIT_DEFAULTS: dict[str, Any] = {
     "ENABLED": True,
@@ -241,7 +241,7 @@ def _timing_settings(read: _Reader) -> dict[str, Any]:
             Codes.OVERRIDE_TTL_SHORT, f"DJANGO_GCRA['OVERRIDE_TTL'] ({ttl:g}) is shorter than OVERRIDE_REFRESH "
             f"({refresh:g}): every check of the version stamp reloads the overrides from the database.",
             "Keep OVERRIDE_TTL well above OVERRIDE_REFRESH (defaults: 30 and 1)."))
-    timeouts = {}
+    timeouts: dict[str, float] = {}
     for name in ("TIMEOUT", "CONNECT_TIMEOUT"):
         value = read.get(name)
         if value is None and name == "CONNECT_TIMEOUT":
@@ -338,6 +338,12 @@ def _cache_problems(alias: Any) -> list[Problem]:
 
 _current: tuple[Settings, tuple[Problem, ...]] | None = None
 _listeners: list[Callable[[], None]] = []
+_generation = 0
+
+
+def generation() -> int:
+    """Incremented by every change of the settings: state built under an older number is stale."""
+    return _generation
 
 
 def _load() -> tuple[Settings, tuple[Problem, ...]]:
@@ -371,9 +377,10 @@ def on_change(callback: Callable[[], None]) -> Callable[[], None]:
 
 
 def _reload(*, setting: str, **kwargs: Any) -> None:
-    global _current
+    global _current, _generation
     if setting in ("DJANGO_GCRA", "CACHES"):
         _current = None
+        _generation += 1
         for callback in _listeners:
             callback()
 

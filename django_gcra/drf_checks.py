@@ -15,7 +15,7 @@ from django.core import checks
 
 from .policy import Problem
 
-__all__ = ["drf_problems", "check_drf"]
+__all__ = ["check_drf", "drf_problems"]
 
 # Period spellings that mean what DRF reads from their first letter ("10/month" is per minute).
 UNIT_NAMES = frozenset({"s", "sec", "secs", "second", "seconds", "m", "min", "mins", "minute", "minutes",

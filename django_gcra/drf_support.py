@@ -13,10 +13,10 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .decision import Decision
 from .http import quota_headers
-from .policy import Policy, Problem, parse_policy
+from .policy import Policy, build_policy
 from .rates import parse_rate as parse_gcra_rate
 
-__all__ = ["DRF_UNITS", "scope_name", "parse_drf_rate", "throttle_policy", "combined_headers"]
+__all__ = ["DRF_UNITS", "combined_headers", "parse_drf_rate", "scope_name", "throttle_policy"]
 
 DRF_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}  # DRF reads only the period's first letter
 
@@ -61,15 +61,15 @@ def parse_drf_rate(rate: Any) -> tuple[int | None, int | None]:
 
 @functools.lru_cache(maxsize=512)
 def throttle_policy(name: str, num_requests: int, duration: int, burst: int | None) -> Policy:
-    problems: list[Problem] = []
+    """The one-limit policy ``drf.<name>`` of a throttle's rate, keyed by its cache key and
+    rate; ``ImproperlyConfigured`` when GCRA cannot run the rate."""
     raw = {"limits": [{"name": name, "key": ["cache_key", "rate"], "rate": f"{num_requests}/{duration}s",
                        "burst": burst}]}
-    policy = parse_policy(f"drf.{name}", raw, {"cache_key": None, "rate": None}, problems)
-    errors = [p.msg for p in problems if p.is_error]
-    if policy is None or errors:
-        raise ImproperlyConfigured(f"Throttle rate {num_requests}/{duration}s (burst {burst}): "
-                                   + (errors[0] if errors else "invalid"))
-    return policy
+    try:
+        return build_policy(f"drf.{name}", raw, {"cache_key": None, "rate": None}, "drf")
+    except ImproperlyConfigured as exc:  # name the rate, not a POLICIES entry the user never wrote
+        why = str(exc).removeprefix("drf['limits'][0]").removeprefix("['rate']").lstrip(": ")
+        raise ImproperlyConfigured(f"Throttle rate {num_requests}/{duration}s (burst {burst}): {why}") from None
 
 
 def combined_headers(decisions: list[Decision]) -> dict[str, str]:

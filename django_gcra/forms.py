@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
@@ -28,7 +28,7 @@ class LimitOverrideForm(forms.ModelForm):
             for p in sorted(policies.values(), key=lambda p: p.name))
 
     def clean_rate(self) -> str:
-        rate = self.cleaned_data.get("rate", "").strip()
+        rate = str(self.cleaned_data.get("rate", "")).strip()
         if rate:
             try:
                 parse_rate(rate)
@@ -37,14 +37,14 @@ class LimitOverrideForm(forms.ModelForm):
         return rate
 
     def clean_burst(self) -> int | None:
-        burst = self.cleaned_data.get("burst")
+        burst = cast("int | None", self.cleaned_data.get("burst"))
         if burst is not None and burst < 1:
             raise forms.ValidationError(_("The burst must be at least 1."))
         return burst
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        policy = get_settings().policies.get(data.get("policy"))
+        data = cast("dict[str, Any]", super().clean())
+        policy = get_settings().policies.get(str(data.get("policy")))
         if policy is None:
             return data
         limit = data.get("limit")

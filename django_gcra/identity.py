@@ -72,7 +72,7 @@ def resolve_custom(path: str) -> Callable[[Any], Any]:
         raise ImportError(f"could not import {path!r}: {exc}") from exc
     if not callable(func):
         raise ImportError(f"{path!r} is not callable")
-    return func
+    return func  # type: ignore[no-any-return]
 
 
 def _parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -139,7 +139,7 @@ def url_name(request: HttpRequest) -> str | None:
         match = request._gcra_match
     if match is None or not match.url_name:
         return None
-    return match.view_name
+    return str(match.view_name)
 
 
 def _user_pk(user: Any) -> str | None:

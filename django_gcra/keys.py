@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from urllib.parse import quote
 
-__all__ = ["escape", "build_key"]
+__all__ = ["build_key", "escape"]
 
 MAX_ESCAPED = 128
 _SAFE = "@"  # besides letters, digits and "_.-~", which quote() never escapes

@@ -80,9 +80,12 @@ def _to_decision(p: Plan, outcome: Outcome | object | None, fallback: bool) -> D
     ])
     # Remaining and the binding limit of an allowed decision speak of enforced limits (a
     # shadow limit never lowers what a client is told), unless every limit is in shadow.
-    counted = [i for i, pl in enumerate(p.limits) if pl.mode == "enforce"] or range(len(remaining))
-    bind = min(counted, key=remaining.__getitem__) if outcome.binding is None else outcome.binding
-    least = min(remaining[i] for i in counted)
+    if len(remaining) == 1:
+        least, bind = remaining[0], 0
+    else:
+        counted = p.counted
+        least = min([remaining[i] for i in counted])
+        bind = next(i for i in counted if remaining[i] == least) if outcome.binding is None else outcome.binding
     allowed = outcome.enforced == ALLOWED
     shadow = allowed and outcome.would != ALLOWED
     retry = 0.0

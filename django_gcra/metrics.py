@@ -36,7 +36,7 @@ def outcome_of(decision: Decision) -> str:
 try:
     import prometheus_client
 except ImportError:  # pragma: no cover - exercised only without the optional dependency
-    prometheus_client = None
+    prometheus_client = None  # type: ignore[assignment]
 
 AVAILABLE = prometheus_client is not None
 

@@ -14,7 +14,8 @@ class LimitOverrideQuerySet(models.QuerySet["LimitOverride"]):
     def in_force(self) -> LimitOverrideQuerySet:
         """Enabled and not expired: the overrides the limiter applies (one rule, used
         by the limiter, the admin's filter and ``gcra_status``)."""
-        return self.filter(enabled=True).exclude(expires_at__lte=timezone.now())
+        found: LimitOverrideQuerySet = self.filter(enabled=True).exclude(expires_at__lte=timezone.now())
+        return found
 
 
 class LimitOverride(models.Model):

@@ -52,6 +52,7 @@ class Plan(NamedTuple):
     limits: tuple[PlannedLimit, ...]
     specs: tuple[LimitSpec, ...]
     descriptors: Mapping[str, str]
+    counted: tuple[int, ...] = ()  # the limits a client is told about: the enforced ones, else all
 
 
 class PlanMemo:
@@ -145,7 +146,8 @@ def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, i
         planned.append(PlannedLimit(limit, rate, burst, mode))
         specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), rate.interval, burst,
                                mode == "enforce"))
-    return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values))
+    counted = tuple(i for i, pl in enumerate(planned) if pl.mode == "enforce") or tuple(range(len(planned)))
+    return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted)
 
 
 def _rate(limit: Limit, tier: str | None) -> Rate:

@@ -171,7 +171,8 @@ def _parse_limit(where: str, raw: Any, custom: Mapping[str, Any], problems: list
         for rate in rates.values():
             why = span_problem(rate, rate.count if burst is None else burst)
             if why is not None:
-                problems.append(Problem(Codes.BAD_BURST, f"{where}: {why}.", "Use a shorter period or a smaller burst."))
+                problems.append(Problem(Codes.BAD_BURST, f"{where}: {why}.",
+                                        "Use a shorter period or a smaller burst."))
                 ok = False
                 break
     fallback = None
@@ -184,7 +185,7 @@ def _parse_limit(where: str, raw: Any, custom: Mapping[str, Any], problems: list
     mode = _choice(where, raw, "mode", MODES, "enforce", problems)
     if not ok or rates is None:
         return None
-    return Limit(name, tuple(key), rates, burst, fallback, mode)
+    return Limit(str(name), tuple(key), rates, burst, fallback, mode)  # type: ignore[arg-type]
 
 
 def _parse_rates(where: str, raw: Any, problems: list[Problem]) -> dict[str | None, Rate] | None:
@@ -218,12 +219,12 @@ def _parse_lease(where: str, raw: Any, problems: list[Problem]) -> Lease | None:
                                 f"and at most {MAX_LEASE_TTL:g}}}."))
         return None
     low_water = raw.get("low_water", 0)
-    if not is_int(low_water, 0, size - 1):
+    if not is_int(low_water, 0, size - 1):  # type: ignore[operator]  # size is an int here
         problems.append(Problem(Codes.BAD_LOW_WATER, f"{where}['lease']['low_water'] is {low_water!r}.",
                                 "Give the units left at which to prefetch the next lease: an int from 0 "
                                 "(never prefetch) to size - 1."))
         return None
-    return Lease(size, float(ttl), low_water)
+    return Lease(size, float(ttl), low_water)  # type: ignore[arg-type]  # validated above
 
 
 def _lease_problems(where: str, lease: Lease | None, limits: list[Limit], mode: str = "enforce") -> list[Problem]:
@@ -267,7 +268,7 @@ def _parse_shard(where: str, raw: Mapping[str, Any], limits: list[Limit], proble
     if shard not in common:
         problems.append(Problem(Codes.BAD_SHARD, f"{where}['shard'] is {shard!r}, which is not in every limit's key.",
                                 "The shard descriptor must be part of every limit's key so a key never moves slot."))
-    return shard
+    return str(shard)
 
 
 def _choice(where: str, raw: Mapping[str, Any], name: str, allowed: tuple[str, ...], default: str,
@@ -276,7 +277,7 @@ def _choice(where: str, raw: Mapping[str, Any], name: str, allowed: tuple[str, .
     if value not in allowed:
         problems.append(Problem(Codes.BAD_CHOICE, f"{where}[{name!r}] is {value!r}; use one of {', '.join(allowed)}."))
         return default
-    return value
+    return str(value)
 
 
 def _unknown_keys(where: str, raw: Mapping[str, Any], known: frozenset[str], problems: list[Problem]) -> None:

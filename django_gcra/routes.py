@@ -45,7 +45,7 @@ def parse_routes(raw: Any, problems: list[Problem]) -> tuple[Route, ...]:
             problems.append(Problem(Codes.BAD_ROUTE, f"{where} must be a dict with 'path' and 'policy'."))
             continue
         try:
-            path = re.compile(entry.get("path"))  # type: ignore[arg-type]
+            path: re.Pattern[str] = re.compile(entry.get("path"))  # type: ignore[arg-type]
         except (re.error, TypeError) as exc:
             problems.append(Problem(Codes.BAD_ROUTE, f"{where}['path'] is not a valid regex: {exc}."))
             continue

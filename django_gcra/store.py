@@ -24,7 +24,7 @@ from .backends.breaker import CLOSED, CircuitBreaker, breaker_for
 from .backends.clients import Timeouts, build_async_client, build_sync_client, endpoint_name
 from .backends.cluster import node_of
 from .backends.redis import RedisBackend
-from .conf import get_settings, on_change
+from .conf import generation, get_settings, on_change
 from .policy import Policy
 
 __all__ = ["backend_for", "cache_connection", "endpoint_for", "limiter_async_client", "limiter_client",
@@ -53,10 +53,13 @@ def limiter_client(alias: str) -> Any:
     """The sync client (``redis.Redis`` or ``RedisCluster``) the limiter uses for ``alias``."""
     client = _sync.get(alias)
     if client is None:
+        built_in = generation()
         with _lock:
             client = _sync.get(alias)
             if client is None:
-                client = _sync[alias] = build_sync_client(_cache_client(alias), _timeouts())
+                client = build_sync_client(_cache_client(alias), _timeouts())
+                if built_in == generation():  # not built from settings that changed meanwhile
+                    _sync[alias] = client
     return client
 
 

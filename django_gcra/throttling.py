@@ -31,8 +31,13 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework import exceptions
 from rest_framework.settings import api_settings
-from rest_framework.throttling import (AnonRateThrottle, BaseThrottle, ScopedRateThrottle, SimpleRateThrottle,
-                                       UserRateThrottle)
+from rest_framework.throttling import (
+    AnonRateThrottle,
+    BaseThrottle,
+    ScopedRateThrottle,
+    SimpleRateThrottle,
+    UserRateThrottle,
+)
 
 from .decision import Decision
 from .drf_support import combined_headers, parse_drf_rate, scope_name, throttle_policy
@@ -41,9 +46,19 @@ from .identity import client_ip, descriptor_names, descriptors_for, normalise_ip
 from .limiter import decide, get_policy
 from .policy import Policy
 
-__all__ = ["GCRAThrottle", "GCRARateThrottle", "GCRAAnonRateThrottle", "GCRAUserRateThrottle",
-           "GCRAScopedRateThrottle", "PolicyThrottle", "RateLimitUnavailable", "ThrottleOverrideWarning",
-           "scope_name", "parse_drf_rate", "combined_headers"]
+__all__ = [
+    "GCRAAnonRateThrottle",
+    "GCRARateThrottle",
+    "GCRAScopedRateThrottle",
+    "GCRAThrottle",
+    "GCRAUserRateThrottle",
+    "PolicyThrottle",
+    "RateLimitUnavailable",
+    "ThrottleOverrideWarning",
+    "combined_headers",
+    "parse_drf_rate",
+    "scope_name",
+]
 
 UNHONOURED = ("timer", "cache")  # time and state are Redis's
 
@@ -223,7 +238,7 @@ class GCRARateThrottle(GCRAThrottle, SimpleRateThrottle):
         if self._never:
             return None
         if self.decision is None:
-            return SimpleRateThrottle.wait(self)
+            return SimpleRateThrottle.wait(self)  # type: ignore[no-any-return]
         return GCRAThrottle.wait(self)
 
 

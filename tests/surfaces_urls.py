@@ -11,8 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from django_gcra.decorators import ratelimit
-from django_gcra.throttling import (GCRAAnonRateThrottle, GCRAScopedRateThrottle, GCRAUserRateThrottle,
-                                    PolicyThrottle)
+from django_gcra.throttling import GCRAAnonRateThrottle, GCRAScopedRateThrottle, GCRAUserRateThrottle, PolicyThrottle
 
 
 def plain(request):

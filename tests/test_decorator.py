@@ -156,9 +156,8 @@ def test_waiting_exactly_retry_after_is_admitted():
 
 
 def test_methods_may_be_one_string():
-    from django.test import RequestFactory
-
     from django.http import HttpResponse
+    from django.test import RequestFactory
 
     view = ratelimit(key="ip", rate="5/m", methods="post", name="one-string")(lambda request: HttpResponse())
     post, get = RequestFactory().post("/"), RequestFactory().get("/")

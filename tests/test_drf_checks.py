@@ -56,7 +56,8 @@ def test_a_clean_configuration_has_no_problem(drf):
 
 @pytest.mark.parametrize(("rate", "expected"), [
     ("fast", "django_gcra.E061"), ("5/fortnight2", "django_gcra.E061"), (5, "django_gcra.E061"),
-    ("10000000/s", "django_gcra.E061"), ("10/month", "django_gcra.W060"), ("0/m", "django_gcra.W063"),
+    ("10000000/s", "django_gcra.E061"), ("1/100000000000d", "django_gcra.E061"), ("10/month", "django_gcra.W060"),
+    ("0/m", "django_gcra.W063"),
 ])
 def test_each_rate_is_checked(drf, rate, expected):
     drf(DEFAULT_THROTTLE_RATES={"anon": "1/s", "bad": rate})

@@ -6,8 +6,7 @@ import pytest
 from django.contrib.auth.models import AnonymousUser, User
 from django.test import Client, RequestFactory
 
-from django_gcra.identity import (adescriptors_for, client_ip, descriptor_names, descriptors_for, normalise_ip,
-                                  url_name)
+from django_gcra.identity import adescriptors_for, client_ip, descriptor_names, descriptors_for, normalise_ip, url_name
 from django_gcra.limiter import get_policy
 from tests.support.surfaces_helpers import configure
 

@@ -17,7 +17,6 @@ from django_gcra.backends import BackendError, LimitSpec
 from django_gcra.backends.memory import MemoryBackend
 from django_gcra.leases import LeasingBackend, lease_stats, leasing_backend
 from django_gcra.limiter import backend_for, get_policy
-from django_gcra.policy import Lease
 from tests.support.lease_workers import lease_hammer
 
 T, B = 200_000, 3  # the seed's hand trace: 5/s, burst 3

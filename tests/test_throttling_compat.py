@@ -12,8 +12,15 @@ from rest_framework.test import APIRequestFactory
 from rest_framework.throttling import AnonRateThrottle, SimpleRateThrottle
 from rest_framework.views import APIView
 
-from django_gcra.throttling import (GCRAAnonRateThrottle, GCRARateThrottle, GCRAScopedRateThrottle,
-                                    GCRAUserRateThrottle, ThrottleOverrideWarning, parse_drf_rate, scope_name)
+from django_gcra.throttling import (
+    GCRAAnonRateThrottle,
+    GCRARateThrottle,
+    GCRAScopedRateThrottle,
+    GCRAUserRateThrottle,
+    ThrottleOverrideWarning,
+    parse_drf_rate,
+    scope_name,
+)
 from tests.support.surfaces_helpers import sf_list
 
 pytestmark = [pytest.mark.redis]

@@ -37,7 +37,8 @@ def startup_nodes(urls: Any) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     """(host, port) of every ``redis://`` URL, and the credentials of the first; ``ValueError``
     names a URL that is not one."""
     urls = urls if isinstance(urls, (list, tuple)) else str(urls).split(",")
-    nodes, auth = [], {}
+    nodes: list[tuple[str, int]] = []
+    auth: dict[str, Any] = {}
     for url in urls:
         parts = urlsplit(url.strip())
         if parts.scheme not in ("redis", "rediss") or not parts.hostname:
@@ -64,7 +65,8 @@ class ClusterClient(DefaultClient):
     def cluster_kwargs(self) -> dict[str, Any]:
         _, auth = startup_nodes(self._server)
         kwargs: dict[str, Any] = {**auth, **self._options.get("CONNECTION_POOL_KWARGS", {})}
-        for option, name in (("SOCKET_TIMEOUT", "socket_timeout"), ("SOCKET_CONNECT_TIMEOUT", "socket_connect_timeout")):
+        for option, name in (("SOCKET_TIMEOUT", "socket_timeout"),
+                             ("SOCKET_CONNECT_TIMEOUT", "socket_connect_timeout")):
             if option in self._options:
                 kwargs[name] = self._options[option]
         return kwargs

@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 from redis.exceptions import ResponseError
 
+_pack: Callable[..., bytes] | None
 try:  # hiredis packs a command in C; redis-py's packer adds Python checks per argument
     from hiredis import pack_command as _pack
 except ImportError:  # redis-py's own packer then

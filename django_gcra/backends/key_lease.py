@@ -109,6 +109,7 @@ class KeyLease:
     def outcome(self, now: float, status: int = ALLOWED) -> Outcome:
         """An outcome from memory: the store's state as of our last call for the key,
         aged by our own clock (no one else's use is known), plus what we hold."""
+        assert self.spec is not None  # set by the first decision on the key
         interval, burst = self.spec.interval, self.spec.burst
         store_now = self.store_now + round((now - self.seen_at) * 1_000_000)
         rested_in = max(0, self.store_tat - store_now)  # a TAT in the past is a rested key

@@ -149,6 +149,7 @@ class LeasingBackend(Backend):
         """Top the lease up ahead of need, off the request path (a background thread)."""
         started, outcome = self.clock(), None
         try:
+            assert state.spec is not None
             outcome = self.inner.take([state.spec], self.size, 1)
         except BackendError as exc:  # the next request that needs the store will see it too
             logger.debug("django_gcra: lease prefetch failed: %s", exc)

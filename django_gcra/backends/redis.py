@@ -52,7 +52,7 @@ def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None)
 def parse_reply(reply: Sequence[Any], take: bool = False) -> Outcome:
     # Lua numbers arrive as Redis integer replies: Python ints already.
     enforced, would, retry, binding, now = reply[:5]
-    rest = reply[5:]
+    rest = list(reply[5:])
     granted = None
     if take:  # the script appended the units it decided on
         units = rest.pop()

@@ -74,8 +74,8 @@ def test_substitution_changes_only_the_throttle_names():
     out = drf_suite.substitute(source)
     assert out.splitlines()[:2] == [
         "from rest_framework.throttling import BaseThrottle",
-        "from django_gcra.throttling import GCRAAnonRateThrottle, GCRARateThrottle, GCRAScopedRateThrottle, "
-        "GCRAUserRateThrottle"]
+        ("from django_gcra.throttling import GCRAAnonRateThrottle, GCRARateThrottle, GCRAScopedRateThrottle, "
+         "GCRAUserRateThrottle")]
     assert out.splitlines()[3:] == ["class A(GCRAUserRateThrottle):", "    rate = '3/sec'",
                                     "GCRARateThrottle.scope = 'anon'  # AnonRateThrottleTests"]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-
 # A generous limiter timeout for tests and benchmarks: a loaded machine must never turn a
 # measured decision into an on_failure fallback (the fault tests set their own tight one).
 TEST_TIMEOUT_MS = 1000

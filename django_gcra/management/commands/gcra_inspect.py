@@ -28,11 +28,17 @@ class Command(BaseCommand):
             pol = get_policy(policy)
         except KeyError as exc:
             raise CommandError(exc.args[0]) from None
+        if cost < 0:
+            raise CommandError(f"--cost must be >= 0, not {cost}")
         values: dict[str, Any] = {}
+        known = pol.descriptors | {"tier"}
         for item in descriptors:
             name, sep, value = item.partition("=")
             if not sep or not name:
                 raise CommandError(f"descriptor {item!r} is not name=value")
+            if name not in known:
+                raise CommandError(f"policy {pol.name!r} uses no descriptor {name!r}; its descriptors: "
+                                   f"{', '.join(sorted(pol.descriptors))}")
             values[name] = value
         skipped = sorted(d for d in pol.descriptors if d not in values)
         for name in skipped:
@@ -48,12 +54,14 @@ class Command(BaseCommand):
         except BackendError as exc:
             raise CommandError(f"the store is unreachable: {exc}") from None
         rows = []
-        for i, (planned, spec) in enumerate(zip(p.limits, p.specs)):
-            nxt = gcra(tats[i], outcome.now, spec.interval, spec.burst, cost)
+        for i, (planned, spec) in enumerate(zip(p.limits, p.specs, strict=True)):
+            assert outcome is not None  # there are specs
+            tat = tats[i]
+            nxt = gcra(tat, outcome.now, spec.interval, spec.burst, cost)
             rows.append({
                 "limit": planned.limit.name, "key": spec.key, "rate": str(planned.rate), "burst": planned.burst,
-                "mode": planned.mode, "tat": tats[i],
-                "tat_ahead_s": None if tats[i] is None else round((tats[i] - outcome.now) / 1e6, 6),
+                "mode": planned.mode, "tat": tat,
+                "tat_ahead_s": None if tat is None else round((tat - outcome.now) / 1e6, 6),
                 "remaining": outcome.remaining[i], "reset_after_s": round(outcome.reset_after[i] / 1e6, 6),
                 "retry_after_s": None if nxt.retry_after is None else round(nxt.retry_after / 1e6, 6),
             })
@@ -64,7 +72,8 @@ class Command(BaseCommand):
             self._table(result)
 
     def _table(self, result: dict[str, Any]) -> None:
-        self.stdout.write(f"policy {result['policy']} (mode {result['mode']}); retry-after is for cost {result['cost']}")
+        self.stdout.write(f"policy {result['policy']} (mode {result['mode']}); "
+                          f"retry-after is for cost {result['cost']}")
         if result["skipped"]:
             self.stdout.write(f"no value for: {', '.join(result['skipped'])} (limits using them are skipped)")
         if not result["limits"]:

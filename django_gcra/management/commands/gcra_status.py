@@ -28,7 +28,8 @@ class Command(BaseCommand):
             for limit in policy.limits:
                 rates = ", ".join(str(r) if t is None else f"{t}: {r}" for t, r in limit.rates.items())
                 burst = limit.burst if limit.burst is not None else "= rate count"
-                self.stdout.write(f"  - {limit.name} [{policy.mode_of(limit)}] key {'+'.join(limit.key)}: {rates}, burst {burst}")
+                self.stdout.write(f"  - {limit.name} [{policy.mode_of(limit)}] key {'+'.join(limit.key)}: {rates}, "
+                                  f"burst {burst}")
         self._overrides()
         self.stdout.write(self.style.MIGRATE_HEADING("Audit"))
         audit = config.audit
