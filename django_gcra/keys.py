@@ -5,13 +5,16 @@ one Redis Cluster slot. Values are escaped so that no value can end the hash tag
 inject a separator, or collide with another value: unreserved ASCII stays as it is,
 every other byte is percent-encoded, the empty string is a lone ``%``, and a value
 whose escaped form is long is replaced by ``#`` and its SHA-256 (escaping never yields
-a lone ``%`` nor a leading ``#``, so the three forms cannot meet).
+a lone ``%`` nor a leading ``#``, so the three forms cannot meet). Unicode is normalised
+to NFC first, so the composed and decomposed spellings of one name share a bucket; a lone
+surrogate is encoded as it is (``surrogatepass``), never an error.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Sequence
 from urllib.parse import quote
 
@@ -28,9 +31,10 @@ def escape(value: str) -> str:
         return value  # the common case (ids, IPv4 addresses), without quote()'s cost
     if value == "":
         return "%"
-    escaped = quote(value, safe=_SAFE)
+    raw = unicodedata.normalize("NFC", value).encode("utf-8", "surrogatepass")
+    escaped = quote(raw, safe=_SAFE)
     if len(escaped) > MAX_ESCAPED:
-        return "#" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+        return "#" + hashlib.sha256(raw).hexdigest()
     return escaped
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import django
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 __all__ = ["AuditEvent", "LimitOverride"]
+
+# CheckConstraint's argument: ``condition`` since Django 5.1 (``check`` before, and gone in 6.0).
+CONSTRAINT_ARG = "condition" if django.VERSION >= (5, 1) else "check"
 
 
 class LimitOverrideQuerySet(models.QuerySet["LimitOverride"]):
@@ -38,7 +43,7 @@ class LimitOverride(models.Model):
                                          "Empty: every request."))
     rate = models.CharField(_("rate"), max_length=32, blank=True,
                             help_text=_("e.g. 100/s or 6000/m. Blank keeps the configured (tier) rate."))
-    burst = models.PositiveIntegerField(_("burst"), null=True, blank=True,
+    burst = models.PositiveIntegerField(_("burst"), null=True, blank=True, validators=[MinValueValidator(1)],
                                         help_text=_("Blank keeps the configured burst (or the rate's count)."))
     mode = models.CharField(_("mode"), max_length=8, choices=Mode.choices, default=Mode.ENFORCE)
     enabled = models.BooleanField(_("enabled"), default=True)
@@ -56,6 +61,10 @@ class LimitOverride(models.Model):
         verbose_name = _("limit override")
         verbose_name_plural = _("limit overrides")
         ordering = ["policy", "limit", "-updated_at"]
+        constraints = [  # whatever writes the row (admin, ORM, SQL), a burst of 0 would deny everyone
+            models.CheckConstraint(**{CONSTRAINT_ARG: models.Q(burst__isnull=True) | models.Q(burst__gte=1)},
+                                   name="gcra_override_burst_positive"),
+        ]
 
     def __str__(self) -> str:
         match = ", ".join(f"{k}={v}" for k, v in sorted((self.match or {}).items())) or "*"
