@@ -251,9 +251,9 @@ def test_pacing_waits_t_before_the_next_request_to_that_policy(clock):
     first, _ = run(pol, [Resp(200, ratelimit='"user";r=0;t=5')], clock, url="http://api.test/a?page=1")
     assert first.status_code == 200 and clock.slept == []
     run(pol, [Resp(200, ratelimit='"user";r=2;t=1')], clock, url="http://api.test/a?page=2")
-    assert clock.slept == [5.0]  # held instead of being sent into a 429
+    assert clock.slept == [5.0 + 0.5 * 0.5]  # held (t + jitter of up to backoff_base) instead of sent into a 429
     run(pol, [Resp(200)], clock, url="http://api.test/a")
-    assert clock.slept == [5.0]  # r=2: nothing to wait for
+    assert clock.slept == [5.25]  # r=2: nothing to wait for
 
 
 def test_pacing_is_per_origin_and_policy(clock):
@@ -284,4 +284,4 @@ def test_a_shared_pacer_implies_pacing(clock):
     assert one.pace and two.pacer is pacer
     run(one, [Resp(200, ratelimit='"k";r=0;t=2')], clock)
     run(two, [Resp(200)], clock)
-    assert clock.slept == [2.0]
+    assert clock.slept == [2.25]

@@ -11,7 +11,9 @@ The wait before retry number ``n`` (1 for the first retry):
 
 so a wait is never shorter than what the server asked for, the jitter on top is "full
 jitter" (uniform from 0 to an exponentially growing cap), and the sum of all waits of
-one request never exceeds ``max_wait``. The front-ends run the same loop
+one request never exceeds ``max_wait``. A pacing pause (``pace=True``) is the time left
+until the policy's ``t`` has passed plus ``random() * min(backoff_base, backoff_cap)``, so
+the requests held by one pause do not all leave at the same instant. The front-ends run the same loop
 (:func:`run_sync`, :func:`run_async`); they differ only in ``sleep`` versus ``await``.
 """
 
@@ -190,6 +192,7 @@ class RetryState:
         wait, name = pacer.delay(self.origin, self.path)
         if wait <= 0:
             return 0.0
+        wait += self.policy.random() * min(self.policy.backoff_base, self.policy.backoff_cap)
         if wait > self.policy.max_wait - self.waited:
             logger.debug("%s %s: pacing for %r skipped, %.3f s exceeds the budget", self.method, self.url, name, wait)
             return 0.0
