@@ -1,0 +1,168 @@
+"""A retry storm: many clients against one limited endpoint, naive retry against the helper.
+
+    .venv/bin/python benchmarks/bench_retry_storm.py [--clients 200] [--rate 20/s] [--burst 5]
+
+Starts a redis-server and gunicorn (tests/client_site, 2 workers x 16 threads) on
+loopback. Each strategy gets a fresh limit (its own X-Run) and the same number of
+asyncio tasks, started together, each wanting ONE admitted GET /storm/:
+
+- naive: resend at once after every 429 (at most --max-tries sends per client);
+- helper: ``AsyncRetryingTransport(max_attempts=20, max_wait=60)``: Retry-After plus
+  full jitter;
+- helper+pace: the same with ``pace=True`` (one transport, so one pacing state, shared
+  by all the tasks of the run).
+
+Printed side by side, from the same run: the requests the SERVER received (counted by
+the site in Redis) per admitted request, the rate at which they arrived, the time until
+the last client was admitted (drain), the median client's time to admission, and the
+clients that gave up. Every phase stops by itself after --deadline seconds.
+
+Naive retry can only storm as fast as this machine serves (client and server share its
+cores), so its requests per admitted request grow with a faster server; the helper's
+depend on Retry-After and the jitter, not on the server's speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import httpx  # noqa: E402
+
+from django_gcra.client import AsyncRetryingTransport, RetryBudgetExhausted  # noqa: E402
+
+
+@dataclass
+class Result:
+    name: str
+    clients: int
+    received: int      # requests the server saw
+    admitted: int      # of which admitted (2xx)
+    gave_up: int       # clients never admitted (budget spent, or the deadline)
+    drain: float       # seconds from the start until the last admission
+    median: float      # seconds the median admitted client waited for its admission
+
+    @property
+    def per_admitted(self) -> float:
+        return self.received / self.admitted if self.admitted else float("inf")
+
+
+async def _naive(client: httpx.AsyncClient, url: str, headers: dict, max_tries: int, deadline: float) -> bool:
+    for _ in range(max_tries):
+        if time.monotonic() > deadline:
+            return False
+        response = await client.get(url, headers=headers)
+        if response.status_code < 400:
+            return True
+        if response.status_code not in (429, 503):
+            raise RuntimeError(f"unexpected {response.status_code}: {response.text[:200]}")
+    return False
+
+
+async def _helper(client: httpx.AsyncClient, url: str, headers: dict, max_tries: int, deadline: float) -> bool:
+    try:
+        response = await asyncio.wait_for(client.get(url, headers=headers), max(0.0, deadline - time.monotonic()))
+    except (RetryBudgetExhausted, asyncio.TimeoutError):
+        return False
+    if response.status_code >= 400:
+        raise RuntimeError(f"unexpected {response.status_code}: {response.text[:200]}")
+    return True
+
+
+async def storm(site_url: str, redis_client, name: str, *, clients: int, deadline: float = 60.0,
+                max_tries: int = 1000, transport: httpx.AsyncBaseTransport | None = None) -> Result:
+    """``clients`` tasks, each wanting one admitted request; naive when ``transport`` is None."""
+    run = f"{name}-{uuid.uuid4().hex[:8]}"
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    attempt = _naive if transport is None else _helper
+    async with httpx.AsyncClient(transport=transport, limits=limits, timeout=30) as client:
+        started = time.monotonic()
+        stop_at = started + deadline
+        admitted_at: list[float] = []
+
+        async def one() -> None:
+            if await attempt(client, site_url + "/storm/", {"X-Run": run}, max_tries, stop_at):
+                admitted_at.append(time.monotonic() - started)
+
+        await asyncio.gather(*(one() for _ in range(clients)))
+    received = int(redis_client.get(f"site:{run}:received") or 0)
+    admitted = int(redis_client.get(f"site:{run}:admitted") or 0)
+    return Result(name, clients, received, admitted, clients - len(admitted_at),
+                  max(admitted_at, default=float("nan")), statistics.median(admitted_at) if admitted_at else float("nan"))
+
+
+def strategies(deadline: float) -> list[tuple[str, dict]]:
+    """(name, AsyncRetryingTransport options); naive has no transport of ours."""
+    helper = {"max_attempts": 20, "max_wait": deadline}
+    return [("naive", {}), ("helper", helper), ("helper+pace", {**helper, "pace": True})]
+
+
+async def compare(site_url: str, redis_client, *, clients: int, deadline: float, max_tries: int,
+                  names: tuple[str, ...] = ("naive", "helper", "helper+pace"), settle: float = 2.0) -> list[Result]:
+    """Every strategy in turn against the same server, each on a fresh limit."""
+    results = []
+    for name, options in strategies(deadline):
+        if name not in names:
+            continue
+        transport = None if name == "naive" else AsyncRetryingTransport(
+            httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=clients,
+                                                         max_keepalive_connections=clients)), **options)
+        results.append(await storm(site_url, redis_client, name, clients=clients, deadline=deadline,
+                                   max_tries=max_tries, transport=transport))
+        await asyncio.sleep(settle)  # let the server's queues empty before the next strategy
+    return results
+
+
+def table(results: list[Result]) -> str:
+    rows = [("strategy", "clients", "received", "admitted", "per admitted", "received/s", "drain s", "median s",
+             "gave up")]
+    rows += [(r.name, str(r.clients), str(r.received), str(r.admitted), f"{r.per_admitted:.2f}",
+              f"{r.received / r.drain:.0f}", f"{r.drain:.2f}", f"{r.median:.2f}", str(r.gave_up)) for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+             for row in rows]
+    base = results[0]
+    for r in results[1:]:
+        lines.append(f"{r.name}: {base.per_admitted / r.per_admitted:.1f}x fewer requests per admitted request "
+                     f"than {base.name}; drain {r.drain / base.drain:.2f}x {base.name}'s")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--rate", default="20/s", help="the storm endpoint's limit (shared by all clients)")
+    parser.add_argument("--burst", type=int, default=5)
+    parser.add_argument("--deadline", type=float, default=60.0, help="seconds each strategy may run at most")
+    parser.add_argument("--max-tries", type=int, default=1000, help="sends per naive client at most")
+    args = parser.parse_args()
+
+    from tests.http_servers import start_site
+    from tests.servers import start_redis
+
+    redis_server = start_redis()
+    site = None
+    try:
+        site = start_site(redis_server.url, storm_rate=args.rate, storm_burst=args.burst)
+        client = redis_server.client()
+        print(f"{args.clients} clients, one admitted GET each, against one limit of {args.rate} burst {args.burst} "
+              f"(gunicorn 2x16 threads, redis-server, all on loopback; Python {sys.version.split()[0]})")
+        results = asyncio.run(compare(site.url, client, clients=args.clients, deadline=args.deadline,
+                                      max_tries=args.max_tries))
+        print(table(results))
+    finally:
+        if site is not None:
+            site.stop()
+        redis_server.stop()
+
+
+if __name__ == "__main__":
+    main()
