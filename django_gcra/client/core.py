@@ -117,7 +117,7 @@ class Pacer:
                 self._resume = {k: v for k, v in self._resume.items() if v > now}
 
 
-@dataclass
+@dataclass(frozen=True)
 class RetryPolicy:
     """Everything the three front-ends accept as keyword arguments (see the module doc
     for how the numbers combine)."""
@@ -147,14 +147,16 @@ class RetryPolicy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
-        self.retry_statuses = frozenset(int(s) for s in self.retry_statuses)
         if self.retry_methods is not None and self.retry_non_idempotent:
             raise ValueError("give retry_methods or retry_non_idempotent=True, not both")
-        self.methods = frozenset(m.upper() for m in (self.retry_methods or IDEMPOTENT_METHODS))
+        derived = {"retry_statuses": frozenset(int(s) for s in self.retry_statuses),
+                   "methods": frozenset(m.upper() for m in (self.retry_methods or IDEMPOTENT_METHODS))}
         if self.pacer is not None:
-            self.pace = True
+            derived["pace"] = True
         elif self.pace:
-            self.pacer = Pacer(self.clock)
+            derived["pacer"] = Pacer(self.clock)
+        for name, value in derived.items():  # frozen: one policy is shared by every request of a client
+            object.__setattr__(self, name, value)
 
     def allows_method(self, method: str) -> bool:
         return self.retry_non_idempotent or method.upper() in self.methods
@@ -203,8 +205,9 @@ class RetryState:
     def floor(self, headers: Headers) -> float | None:
         """The server's minimum wait: Retry-After (which takes precedence), else RateLimit's
         t of a policy at r=0, else None."""
-        date = parse_http_date(headers.get("date") or "") if headers.get("date") else None
-        wait = parse_retry_after(headers.get("retry-after"), self.policy.wall_clock() if date is None else date)
+        date = headers.get("date")
+        now = parse_http_date(date) if date else None
+        wait = parse_retry_after(headers.get("retry-after"), self.policy.wall_clock() if now is None else now)
         if wait is not None:
             return wait
         resets = [t for _, r, t in ratelimit_items(headers.get("ratelimit")) if r == 0 and t is not None]

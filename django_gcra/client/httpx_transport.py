@@ -11,12 +11,16 @@ a streamed one (a generator, ``files=``) is sent once and its 429 returned as it
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+
+try:  # httpx runs on asyncio and trio through anyio (installed with httpx's httpcore)
+    from anyio import sleep as async_sleep
+except ImportError:  # pragma: no cover
+    from asyncio import sleep as async_sleep
 
 from .core import RetryPolicy, run_async, run_sync
 
@@ -69,10 +73,10 @@ class RetryingTransport(httpx.BaseTransport):
 
 class AsyncRetryingTransport(httpx.AsyncBaseTransport):
     """:class:`RetryingTransport` for ``httpx.AsyncClient``: waits are ``await sleep(...)``
-    (``asyncio.sleep`` unless given), so other tasks run meanwhile."""
+    (``anyio.sleep``, so asyncio or trio, unless given), so other tasks run meanwhile."""
 
     def __init__(self, transport: httpx.AsyncBaseTransport | None = None, *, retry: RetryPolicy | None = None,
-                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep, **options: Any) -> None:
+                 sleep: Callable[[float], Awaitable[Any]] = async_sleep, **options: Any) -> None:
         self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
         self.retry, self.sleep = _policy(retry, options), sleep
 
