@@ -1,16 +1,20 @@
 """A retry storm: many clients against one limited endpoint, naive retry against the helper.
 
     .venv/bin/python benchmarks/bench_retry_storm.py [--clients 200] [--rate 20/s] [--burst 5]
+                                                     [--driver threads|asyncio]
 
 Starts a redis-server and gunicorn (tests/client_site, 2 workers x 16 threads) on
 loopback. Each strategy gets a fresh limit (its own X-Run) and the same number of
-asyncio tasks, started together, each wanting ONE admitted GET /storm/:
+clients, started together, each wanting ONE admitted GET /storm/:
 
 - naive: resend at once after every 429 (at most --max-tries sends per client);
-- helper: ``AsyncRetryingTransport(max_attempts=20, max_wait=60)``: Retry-After plus
-  full jitter;
-- helper+pace: the same with ``pace=True`` (one transport, so one pacing state, shared
-  by all the tasks of the run).
+- helper: the retry helper with ``max_attempts=20, max_wait=--deadline``: Retry-After
+  plus full jitter;
+- helper+pace: the same with ``pace=True`` and one pacing state shared by all clients.
+
+``--driver threads`` (the default): one thread and one ``requests.Session`` per client
+(``RetryingAdapter`` for the helper). ``--driver asyncio``: one task per client on one
+event loop, sharing one ``httpx.AsyncClient`` (``AsyncRetryingTransport``).
 
 Printed side by side, from the same run: the requests the SERVER received (counted by
 the site in Redis) per admitted request, the rate at which they arrived, the time until
@@ -29,6 +33,7 @@ import asyncio
 import os
 import statistics
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -36,8 +41,9 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import httpx  # noqa: E402
+import requests  # noqa: E402
 
-from django_gcra.client import AsyncRetryingTransport, RetryBudgetExhausted  # noqa: E402
+from django_gcra.client import AsyncRetryingTransport, Pacer, RetryBudgetExhausted, RetryingAdapter  # noqa: E402
 
 
 @dataclass
@@ -55,48 +61,106 @@ class Result:
         return self.received / self.admitted if self.admitted else float("inf")
 
 
-async def _naive(client: httpx.AsyncClient, url: str, headers: dict, max_tries: int, deadline: float) -> bool:
+async def _anaive(client: httpx.AsyncClient, url: str, headers: dict, max_tries: int, deadline: float) -> bool:
     for _ in range(max_tries):
         if time.monotonic() > deadline:
             return False
         response = await client.get(url, headers=headers)
         if response.status_code < 400:
             return True
-        if response.status_code not in (429, 503):
-            raise RuntimeError(f"unexpected {response.status_code}: {response.text[:200]}")
+        _expected(response)
     return False
 
 
-async def _helper(client: httpx.AsyncClient, url: str, headers: dict, max_tries: int, deadline: float) -> bool:
+async def _ahelper(client: httpx.AsyncClient, url: str, headers: dict, max_tries: int, deadline: float) -> bool:
     try:
         response = await asyncio.wait_for(client.get(url, headers=headers), max(0.0, deadline - time.monotonic()))
     except (RetryBudgetExhausted, asyncio.TimeoutError):
         return False
-    if response.status_code >= 400:
+    return _expected(response) < 400
+
+
+def _naive(session: requests.Session, url: str, headers: dict, max_tries: int, deadline: float) -> bool:
+    for _ in range(max_tries):
+        if time.monotonic() > deadline:
+            return False
+        response = session.get(url, headers=headers, timeout=30)
+        if response.status_code < 400:
+            return True
+        _expected(response)
+    return False
+
+
+def _helper(session: requests.Session, url: str, headers: dict, max_tries: int, deadline: float) -> bool:
+    try:  # max_wait <= the deadline bounds the helper (see strategies)
+        return _expected(session.get(url, headers=headers, timeout=30)) < 400
+    except RetryBudgetExhausted:
+        return False
+
+
+def _expected(response) -> int:
+    if response.status_code not in (200, 429, 503):
         raise RuntimeError(f"unexpected {response.status_code}: {response.text[:200]}")
-    return True
+    return response.status_code
 
 
-async def storm(site_url: str, redis_client, name: str, *, clients: int, deadline: float = 60.0,
-                max_tries: int = 1000, transport: httpx.AsyncBaseTransport | None = None) -> Result:
-    """``clients`` tasks, each wanting one admitted request; naive when ``transport`` is None."""
-    run = f"{name}-{uuid.uuid4().hex[:8]}"
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    attempt = _naive if transport is None else _helper
-    async with httpx.AsyncClient(transport=transport, limits=limits, timeout=30) as client:
-        started = time.monotonic()
-        stop_at = started + deadline
-        admitted_at: list[float] = []
-
-        async def one() -> None:
-            if await attempt(client, site_url + "/storm/", {"X-Run": run}, max_tries, stop_at):
-                admitted_at.append(time.monotonic() - started)
-
-        await asyncio.gather(*(one() for _ in range(clients)))
+def _result(name: str, clients: int, redis_client, run: str, admitted_at: list[float]) -> Result:
     received = int(redis_client.get(f"site:{run}:received") or 0)
     admitted = int(redis_client.get(f"site:{run}:admitted") or 0)
     return Result(name, clients, received, admitted, clients - len(admitted_at),
                   max(admitted_at, default=float("nan")), statistics.median(admitted_at) if admitted_at else float("nan"))
+
+
+async def astorm(site_url: str, redis_client, name: str, options: dict | None, *, clients: int, deadline: float,
+                 max_tries: int) -> Result:
+    """``clients`` tasks sharing one AsyncClient; naive when ``options`` is None."""
+    run = f"{name}-{uuid.uuid4().hex[:8]}"
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    transport = None if options is None else AsyncRetryingTransport(httpx.AsyncHTTPTransport(limits=limits),
+                                                                     **options)
+    attempt = _anaive if options is None else _ahelper
+    admitted_at: list[float] = []
+    async with httpx.AsyncClient(transport=transport, limits=limits, timeout=30) as client:
+        started = time.monotonic()
+
+        async def one() -> None:
+            if await attempt(client, site_url + "/storm/", {"X-Run": run}, max_tries, started + deadline):
+                admitted_at.append(time.monotonic() - started)
+
+        await asyncio.gather(*(one() for _ in range(clients)))
+    return _result(name, clients, redis_client, run, admitted_at)
+
+
+def storm(site_url: str, redis_client, name: str, options: dict | None, *, clients: int, deadline: float,
+          max_tries: int) -> Result:
+    """``clients`` threads, each with its own Session; naive when ``options`` is None."""
+    run = f"{name}-{uuid.uuid4().hex[:8]}"
+    if options is not None and options.get("pace"):
+        options = {**options, "pacer": Pacer()}  # one pacing state for all the clients of the run
+        del options["pace"]
+    attempt = _naive if options is None else _helper
+    admitted_at: list[float] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(clients + 1)
+    started = 0.0
+
+    def one() -> None:
+        with requests.Session() as session:
+            if options is not None:
+                session.mount("http://", RetryingAdapter(**options))
+            barrier.wait()
+            if attempt(session, site_url + "/storm/", {"X-Run": run}, max_tries, started + deadline):
+                with lock:
+                    admitted_at.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    started = time.monotonic()
+    barrier.wait()
+    for t in threads:
+        t.join(deadline + 40)  # a client is bounded by the deadline (and its 30 s socket timeout)
+    return _result(name, clients, redis_client, run, admitted_at)
 
 
 def strategies(deadline: float) -> list[tuple[str, dict]]:
@@ -105,19 +169,22 @@ def strategies(deadline: float) -> list[tuple[str, dict]]:
     return [("naive", {}), ("helper", helper), ("helper+pace", {**helper, "pace": True})]
 
 
-async def compare(site_url: str, redis_client, *, clients: int, deadline: float, max_tries: int,
-                  names: tuple[str, ...] = ("naive", "helper", "helper+pace"), settle: float = 2.0) -> list[Result]:
+def compare(site_url: str, redis_client, *, clients: int, deadline: float, max_tries: int, driver: str = "threads",
+            names: tuple[str, ...] = ("naive", "helper", "helper+pace"), settle: float = 2.0) -> list[Result]:
     """Every strategy in turn against the same server, each on a fresh limit."""
     results = []
     for name, options in strategies(deadline):
         if name not in names:
             continue
-        transport = None if name == "naive" else AsyncRetryingTransport(
-            httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=clients,
-                                                         max_keepalive_connections=clients)), **options)
-        results.append(await storm(site_url, redis_client, name, clients=clients, deadline=deadline,
-                                   max_tries=max_tries, transport=transport))
-        await asyncio.sleep(settle)  # let the server's queues empty before the next strategy
+        options = None if name == "naive" else options
+        if driver == "asyncio":
+            result = asyncio.run(astorm(site_url, redis_client, name, options, clients=clients, deadline=deadline,
+                                        max_tries=max_tries))
+        else:
+            result = storm(site_url, redis_client, name, options, clients=clients, deadline=deadline,
+                           max_tries=max_tries)
+        results.append(result)
+        time.sleep(settle)  # let the server's queues empty before the next strategy
     return results
 
 
@@ -143,6 +210,7 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=5)
     parser.add_argument("--deadline", type=float, default=60.0, help="seconds each strategy may run at most")
     parser.add_argument("--max-tries", type=int, default=1000, help="sends per naive client at most")
+    parser.add_argument("--driver", choices=("threads", "asyncio"), default="threads")
     args = parser.parse_args()
 
     from tests.http_servers import start_site
@@ -153,10 +221,11 @@ def main() -> None:
     try:
         site = start_site(redis_server.url, storm_rate=args.rate, storm_burst=args.burst)
         client = redis_server.client()
-        print(f"{args.clients} clients, one admitted GET each, against one limit of {args.rate} burst {args.burst} "
-              f"(gunicorn 2x16 threads, redis-server, all on loopback; Python {sys.version.split()[0]})")
-        results = asyncio.run(compare(site.url, client, clients=args.clients, deadline=args.deadline,
-                                      max_tries=args.max_tries))
+        print(f"{args.clients} clients ({args.driver}), one admitted GET each, against one limit of {args.rate} "
+              f"burst {args.burst} (gunicorn 2x16 threads, redis-server, all on loopback; "
+              f"Python {sys.version.split()[0]})")
+        results = compare(site.url, client, clients=args.clients, deadline=args.deadline, max_tries=args.max_tries,
+                          driver=args.driver)
         print(table(results))
     finally:
         if site is not None:

@@ -4,8 +4,6 @@ than naive immediate retry, both measured in this run (no absolute timing is ass
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from benchmarks.bench_retry_storm import compare, table
@@ -14,12 +12,13 @@ from tests.http_servers import start_site
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 
-def test_the_helper_sends_fewer_requests_per_admitted_request_than_naive_retry(redis_server):
+@pytest.mark.parametrize("driver", ["threads", "asyncio"])
+def test_the_helper_sends_fewer_requests_per_admitted_request_than_naive_retry(redis_server, driver):
     site = start_site(redis_server.url, storm_rate="5/s", storm_burst=2)
     client = redis_server.client()
     try:
-        naive, helper = asyncio.run(compare(site.url, client, clients=30, deadline=60, max_tries=1000,
-                                            names=("naive", "helper"), settle=0.5))
+        naive, helper = compare(site.url, client, clients=30, deadline=60, max_tries=1000, driver=driver,
+                                names=("naive", "helper"), settle=0.5)
     finally:
         client.close()
         site.stop()
