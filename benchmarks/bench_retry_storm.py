@@ -107,8 +107,9 @@ def _expected(response) -> int:
 def _result(name: str, clients: int, redis_client, run: str, admitted_at: list[float]) -> Result:
     received = int(redis_client.get(f"site:{run}:received") or 0)
     admitted = int(redis_client.get(f"site:{run}:admitted") or 0)
-    return Result(name, clients, received, admitted, clients - len(admitted_at),
-                  max(admitted_at, default=float("nan")), statistics.median(admitted_at) if admitted_at else float("nan"))
+    nan = float("nan")
+    return Result(name, clients, received, admitted, clients - len(admitted_at), max(admitted_at, default=nan),
+                  statistics.median(admitted_at) if admitted_at else nan)
 
 
 async def astorm(site_url: str, redis_client, name: str, options: dict | None, *, clients: int, deadline: float,

@@ -6,12 +6,13 @@ Pure: a fake clock, a fake random and a recording sleep; no network, no Django s
 from __future__ import annotations
 
 import logging
-from email.utils import format_datetime
 from datetime import datetime, timezone
+from email.utils import format_datetime
 
 import http_sf
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from django_gcra.client import Pacer, RetryBudgetExhausted, RetryPolicy, parse_http_date, parse_retry_after
 from django_gcra.client.core import run_sync
@@ -114,13 +115,11 @@ def test_ratelimit_field():
     assert ratelimit_items('"a";r=0;t=3,') == [] and ratelimit_items('"a" "b"') == [] and ratelimit_items(None) == []
 
 
+printable = st.characters(min_codepoint=32, max_codepoint=126)
 sf_items = st.tuples(
-    st.one_of(st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=8),
-              st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True).map(http_sf.Token)),
+    st.one_of(st.text(printable, max_size=8), st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True).map(http_sf.Token)),
     st.dictionaries(st.from_regex(r"[a-z][a-z0-9\-]{0,4}", fullmatch=True),
-                    st.one_of(st.integers(0, 10**6), st.booleans(), st.text(st.characters(min_codepoint=32,
-                                                                                          max_codepoint=126), max_size=5)),
-                    max_size=3))
+                    st.one_of(st.integers(0, 10**6), st.booleans(), st.text(printable, max_size=5)), max_size=3))
 
 
 @settings(max_examples=200, deadline=None)
@@ -285,3 +284,29 @@ def test_a_shared_pacer_implies_pacing(clock):
     run(one, [Resp(200, ratelimit='"k";r=0;t=2')], clock)
     run(two, [Resp(200)], clock)
     assert clock.slept == [2.25]
+
+
+def test_pacer_is_safe_to_share_between_threads():
+    """Many threads observing and asking at once: no error, and every answer is one the
+    observations could have produced (0, or the single pause that was recorded)."""
+    import threading
+
+    pacer, errors, answers = Pacer(max_routes=8), [], set()
+    resume = pacer.clock() + 30
+
+    def work(n: int) -> None:
+        try:
+            for i in range(300):
+                path = f"/p{(n + i) % 16}"  # more paths than max_routes: eviction runs too
+                pacer.observe("http://a.test", path, '"k";r=0;t=30' if i % 2 else '"k";r=1;t=1')
+                wait, name = pacer.delay("http://a.test", path)
+                answers.add((wait <= 0 and name is None) or (name == "k" and 0 < wait <= resume - pacer.clock() + 1))
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and answers == {True} and len(pacer._routes) <= 8

@@ -85,17 +85,18 @@ def _bare_item(text: str, i: int) -> tuple[object, int]:
         if text[i + 1:i + 2] in ("0", "1"):
             return text[i + 1] == "1", i + 2
         raise _Invalid("bad boolean")
-    for pattern, convert in ((_NUMBER, None), (_TOKEN, str), (_BYTES, None)):
-        match = pattern.match(text, i)
-        if match:
-            if pattern is _NUMBER:
-                raw = match.group()
-                if "." in raw and len(raw.split(".")[0].lstrip("-")) > 12:
-                    raise _Invalid("decimal too long")
-                return (float(raw) if "." in raw else int(raw)), match.end()
-            if pattern is _BYTES:
-                return match.group(1), match.end()
-            return match.group(), match.end()
+    match = _NUMBER.match(text, i)
+    if match:
+        raw = match.group()
+        if "." in raw and len(raw.split(".")[0].lstrip("-")) > 12:
+            raise _Invalid("decimal too long")
+        return (float(raw) if "." in raw else int(raw)), match.end()
+    match = _TOKEN.match(text, i)
+    if match:
+        return match.group(), match.end()
+    match = _BYTES.match(text, i)
+    if match:  # kept as its base64 text: no RateLimit parameter we read is a byte sequence
+        return match.group(1), match.end()
     raise _Invalid(f"unexpected {c!r}")
 
 
