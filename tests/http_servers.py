@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.servers import free_port
 
@@ -19,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 class Site:
     url: str
     process: subprocess.Popen
+    log: Any  # gunicorn's stderr: a file, so a chatty server can never block on a full pipe
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -28,6 +31,11 @@ class Site:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self.log.close()
+
+    def log_tail(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-2000:]
 
 
 def start_site(redis_url: str, *, workers: int = 2, threads: int = 16, storm_rate: str = "50/s",
@@ -40,12 +48,15 @@ def start_site(redis_url: str, *, workers: int = 2, threads: int = 16, storm_rat
     cmd = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
            "--threads", str(threads), "--worker-class", "gthread", "--backlog", "512", "--keep-alive", "30",
            "--graceful-timeout", "5", "--log-level", "warning", "tests.client_site.wsgi:application"]
-    process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    site = Site(f"http://127.0.0.1:{port}", process)
+    log = tempfile.TemporaryFile()
+    process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    site = Site(f"http://127.0.0.1:{port}", process, log)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"gunicorn exited: {process.stderr.read().decode(errors='replace')[-2000:]}")
+            tail = site.log_tail()
+            site.stop()
+            raise RuntimeError(f"gunicorn exited: {tail}")
         try:
             with urllib.request.urlopen(site.url + "/health/", timeout=1) as response:
                 if response.status == 200:
