@@ -310,3 +310,18 @@ def test_pacer_is_safe_to_share_between_threads():
     for t in threads:
         t.join(30)
     assert not errors and answers == {True} and len(pacer._routes) <= 8
+
+
+def test_logs_and_errors_name_no_query_string_or_credentials(clock, caplog):
+    url = "https://user:secret@API.test:8443/v1/items?api_key=hunter2"
+    with caplog.at_level(logging.DEBUG, logger="django_gcra.client"), pytest.raises(RetryBudgetExhausted) as info:
+        run(policy(clock, max_attempts=2), [Resp(429, retry_after="1")] * 2, clock, url=url)
+    text = str(info.value) + " ".join(r.getMessage() for r in caplog.records)
+    assert "https://api.test:8443/v1/items" in text and info.value.url == "https://api.test:8443/v1/items"
+    assert "hunter2" not in text and "secret" not in text
+
+
+def test_a_huge_max_attempts_does_not_overflow_the_backoff(clock):
+    responses = [Resp(503)] * 1500 + [Resp(200)]
+    got, sent = run(policy(clock, rnd=0.5, max_attempts=2000, max_wait=1e9, backoff_cap=1.0), responses, clock)
+    assert got.status_code == 200 and len(sent) == 1501 and clock.slept[-1] == 0.5

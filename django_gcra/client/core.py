@@ -55,7 +55,8 @@ R = TypeVar("R", bound=Response)
 class RetryBudgetExhausted(Exception):
     """A 429 or 503 that the budget does not allow to retry.
 
-    ``response`` is the last response (its body read, so ``.text`` works), ``attempts``
+    ``response`` is the last response (its body read, so ``.text`` works), ``url`` its
+    origin and path (no query string, which may hold secrets), ``attempts``
     the requests sent, ``waited`` the seconds slept, ``reason`` ``"attempts"`` (the last
     of ``max_attempts``) or ``"time"`` (the next wait would not fit in ``max_wait`` or
     ``max_delay``), ``retry_after`` the server's wait for that response (None if none).
@@ -177,8 +178,9 @@ class RetryState:
     def __init__(self, policy: RetryPolicy, method: str, url: str, replayable: bool) -> None:
         self.policy, self.method, self.url = policy, method, url
         parts = urlsplit(url)
-        self.origin = f"{parts.scheme}://{parts.netloc}".lower()
+        self.origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}".lower()  # no credentials
         self.path = parts.path or "/"
+        self.where = self.origin + self.path  # for logs and errors: no query string (it may hold a secret)
         self.retryable = replayable and policy.allows_method(method)
         self.why_not = None if self.retryable else ("method" if replayable else "body")
         self.attempts, self.waited = 0, 0.0
@@ -196,10 +198,10 @@ class RetryState:
             return 0.0
         wait += self.policy.random() * min(self.policy.backoff_base, self.policy.backoff_cap)
         if wait > self.policy.max_wait - self.waited:
-            logger.debug("%s %s: pacing for %r skipped, %.3f s exceeds the budget", self.method, self.url, name, wait)
+            logger.debug("%s %s: pacing for %r skipped, %.3f s exceeds the budget", self.method, self.where, name, wait)
             return 0.0
         self.waited += wait
-        logger.debug("%s %s: paced %.3f s for policy %r (RateLimit r=0)", self.method, self.url, wait, name)
+        logger.debug("%s %s: paced %.3f s for policy %r (RateLimit r=0)", self.method, self.where, wait, name)
         return wait
 
     def floor(self, headers: Headers) -> float | None:
@@ -223,7 +225,7 @@ class RetryState:
         if status not in policy.retry_statuses:
             return None
         if not self.retryable:
-            logger.debug("%s %s: %d not retried (%s)", self.method, self.url, status,
+            logger.debug("%s %s: %d not retried (%s)", self.method, self.where, status,
                          "non-idempotent method" if self.why_not == "method" else "body cannot be replayed")
             return None
         floor = self.retry_after = self.floor(headers)
@@ -237,19 +239,19 @@ class RetryState:
             self.exhausted = "time"
         if self.exhausted:
             logger.warning("%s %s: %d, retry budget exhausted (%s) after %d attempt(s) and %.3f s", self.method,
-                           self.url, status, self.exhausted, self.attempts, self.waited)
+                           self.where, status, self.exhausted, self.attempts, self.waited)
             return None
-        span = min(policy.backoff_cap, policy.backoff_base * 2 ** (self.attempts - 1), room - low)
+        span = min(policy.backoff_cap, policy.backoff_base * 2 ** min(self.attempts - 1, 64), room - low)
         wait = low + policy.random() * span
         self.waited += wait
-        logger.info("%s %s: %d, retrying in %.3f s (Retry-After %s; attempt %d of %d)", self.method, self.url, status,
+        logger.info("%s %s: %d, retrying in %.3f s (Retry-After %s; attempt %d of %d)", self.method, self.where, status,
                     wait, "none" if floor is None else f"{floor:g} s", self.attempts + 1, policy.max_attempts)
         if policy.on_retry is not None:
             policy.on_retry(self.attempts, wait, response)
         return wait
 
     def give_up(self, response: Any) -> RetryBudgetExhausted:
-        return RetryBudgetExhausted(response, method=self.method, url=self.url, attempts=self.attempts,
+        return RetryBudgetExhausted(response, method=self.method, url=self.where, attempts=self.attempts,
                                     waited=self.waited, reason=self.exhausted or "attempts",
                                     retry_after=self.retry_after)
 
