@@ -159,8 +159,9 @@ class RetryPolicy:
                 raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
         if self.retry_methods is not None and self.retry_non_idempotent:
             raise ValueError("give retry_methods or retry_non_idempotent=True, not both")
+        methods = self.retry_methods or IDEMPOTENT_METHODS
         derived: dict[str, object] = {"retry_statuses": frozenset(int(s) for s in self.retry_statuses),
-                                      "methods": frozenset(m.upper() for m in (self.retry_methods or IDEMPOTENT_METHODS))}
+                                      "methods": frozenset(m.upper() for m in methods)}
         if self.pacer is not None:
             derived["pace"] = True
         elif self.pace:
