@@ -214,9 +214,8 @@ def main() -> None:
     parser.add_argument("--driver", choices=("threads", "asyncio"), default="threads")
     args = parser.parse_args()
 
-    from tests.servers import start_redis
-
-    from tests.http_servers import start_site
+    from tests.support.http_servers import start_site
+    from tests.support.servers import start_redis
 
     redis_server = start_redis()
     site = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.bench_retry_storm import compare, table
-from tests.http_servers import start_site
+from tests.support.http_servers import start_site
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.http_servers import start_site
+from tests.support.http_servers import start_site
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "howto" / "clients.md"

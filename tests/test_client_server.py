@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from django_gcra.client import AsyncRetryingTransport, RetryBudgetExhausted, RetryingAdapter, RetryingTransport
-from tests.http_servers import start_site
+from tests.support.http_servers import start_site
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

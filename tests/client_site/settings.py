@@ -1,9 +1,9 @@
-"""Settings of the served site. The fixture (tests/http_servers.py) passes the redis-server
+"""Settings of the served site. The fixture (tests/support/http_servers.py) passes the redis-server
 in CLIENT_SITE_REDIS_URL and the storm limit in CLIENT_SITE_STORM_RATE / _BURST."""
 
 import os
 
-from tests.workers import TEST_TIMEOUT_MS
+from tests.support.workers import TEST_TIMEOUT_MS
 
 SECRET_KEY = "client-site"
 DEBUG = False

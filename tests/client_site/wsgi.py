@@ -1,4 +1,4 @@
-"""``gunicorn tests.client_site.wsgi:application`` (tests/http_servers.py starts it)."""
+"""``gunicorn tests.client_site.wsgi:application`` (tests/support/http_servers.py starts it)."""
 
 import os
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
