@@ -124,7 +124,8 @@ def test_cold_async_process_serves_a_burst_without_fallback(redis_server):
         stderr = stop_server(proc)
     served = len(statuses)
     summary = (f"{served} requests, {fallbacks} fallback decisions; server: {status['fallback']} fallback, "
-               f"breakers {status['breakers']}, last error {status['last_error']!r}\n{stderr[-2000:]}")
+               f"pools {status['pools']}, breakers {status['breakers']}, last error {status['last_error']!r}\n"
+               f"{stderr[-2000:]}")
     assert served == CLIENTS * ROUNDS and set(statuses) == {200}, summary
     # The defaults were in force (10 ms), and the decisions did reach Redis.
     assert status["timeout"] == status["connect_timeout"] == 0.010, summary

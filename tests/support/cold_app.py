@@ -4,7 +4,8 @@ policy far from its rate, and the limiter's timeouts at their defaults.
 
 ``GCRA_REDIS_URL`` names the redis-server. ``/limited/`` is the rate-limited async view
 (its ``X-Fallback`` header says whether its decision was a fallback one); ``/status/``
-is not limited and reports this process's fallback counters, breakers and timeouts.
+is not limited and reports this process's fallback counters, breakers, timeouts and
+the counters of the limiter's asyncio pool.
 """
 
 from __future__ import annotations
@@ -40,13 +41,19 @@ async def limited(request):
 
 
 async def status(request):
-    from django_gcra import fallback
+    from django_gcra import fallback, store
     from django_gcra.conf import get_settings
 
     s = get_settings()
+    pools = [client.connection_pool for clients in list(store._async.values()) for client in clients.values()]
     return JsonResponse({"fallback": fallback.stats.total(), "breakers": fallback.status()["breakers"],
                          "timeout": s.timeout, "connect_timeout": s.connect_timeout,
-                         "last_error": fallback.stats.last_error})
+                         "last_error": fallback.stats.last_error,
+                         "pools": [{k: getattr(p, k, None) for k in POOL_STATS} for p in pools]})
+
+
+# What the limiter's asyncio pool counts (none of it before the cold-start fix).
+POOL_STATS = ("setups", "setup_failures", "waits", "longest_wait", "round_trip_timeouts", "max_connections")
 
 
 urlpatterns = [path("limited/", limited), path("status/", status)]
