@@ -16,7 +16,7 @@ from django_gcra import adecide
 from django_gcra.backends.breaker import breakers, reset_breakers
 from django_gcra.backends.clients import ASYNC_MAX_CONNECTIONS
 from django_gcra.fallback import stats
-from tests.support.servers import free_port
+from tests.support.servers import free_port, start_redis
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -88,3 +88,32 @@ async def test_a_paused_redis_still_times_out_and_opens_the_circuit(redis_server
     assert all(d.fallback and d.allowed for d in decisions + later)
     assert elapsed < 5  # bounded by the read timeout and the breaker, not by the paused server
     assert [b["state"] for b in breakers()] == ["open"]
+
+
+async def test_killed_then_restarted_back_to_redis_within_a_cool_down(settings, gcra_settings):
+    """The pool's connections die with the server; once it is back, the half-open probe
+    sets a new one up and the process does not stay in fail-open."""
+    server = start_redis()
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": server.url}}
+    gcra_settings(TIMEOUT=10, CONNECT_TIMEOUT=None, POLICIES=POLICIES, BREAKER={"failures": 5, "cooldown": 0.5})
+    reset_breakers()
+    stats.reset()
+    try:
+        burst = [adecide("wide", {"ip": f"10.0.1.{i}"}) for i in range(64)]
+        assert not any(d.fallback for d in await asyncio.wait_for(asyncio.gather(*burst), 10))
+        server.kill()
+        down = [await asyncio.wait_for(adecide("wide", {"ip": "10.0.1.1"}), 10) for _ in range(20)]
+        assert all(d.fallback for d in down) and [b["state"] for b in breakers()] == ["open"]
+        server.start()
+        back, deadline = None, time.monotonic() + 5
+        while back is None and time.monotonic() < deadline:
+            burst = [adecide("wide", {"ip": f"10.0.1.{i}"}) for i in range(64)]
+            if not any(d.fallback for d in await asyncio.wait_for(asyncio.gather(*burst), 10)):
+                back = time.monotonic()
+            await asyncio.sleep(0.05)
+        assert back is not None  # a whole burst answered by Redis again
+        assert [b["state"] for b in breakers()] == ["closed"]
+    finally:
+        server.stop()
+        reset_breakers()
+        stats.reset()

@@ -203,7 +203,8 @@ class _SetUpMixin:
         self._deadlines.pop(connection, None)
         self._expired.add(connection)
         self.round_trip_timeouts += 1
-        error = redis.TimeoutError(f"Timeout reading from {connection._host_error()}")
+        where = connection._host_error() if hasattr(connection, "_host_error") else "Redis"
+        error = redis.TimeoutError(f"Timeout reading from {where}")
         reader, writer = getattr(connection, "_reader", None), getattr(connection, "_writer", None)
         if reader is not None:
             reader.set_exception(error)
