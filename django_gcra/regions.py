@@ -1,0 +1,407 @@
+"""Multi-region budgets: each region decides on its own Redis, enforcing its share of
+every limit (docs/howto/multi-region.md).
+
+On the request path only memory is read: ``share_of`` gives the share a region enforces
+for a limit (``shared``: from this process's share table; ``fixed``, ``full``, ``home``:
+from the settings), and ``scale`` turns it into the interval and burst of the spec.
+Demand is counted in memory per (policy, limit) by ``on_decision`` (a decision observer)
+and, at most once per ``refresh`` seconds, a background thread (started from
+``tick()``, like the override reload) adds the counts to the local Redis's demand window
+and reads the share table back from it. Nothing here ever calls another region.
+
+``rebalance()`` (``manage.py gcra_rebalance``) is the one place that talks to every
+region: it reads each region's demand for the last complete window, computes the new
+shares with ``next_shares`` and writes them to every region it reaches.
+
+Redis keys, in each region's Redis:
+
+- ``<prefix>:regions:demand:<w>``: hash ``policy/limit`` -> units asked in window ``w``
+  (``w = floor(unix time / rebalance_interval)``), expiring after ``DEMAND_WINDOWS`` windows;
+- ``<prefix>:regions:shares``: hash ``policy/limit`` -> JSON ``{region: share}``, plus
+  ``_window`` (the window they were computed from) and ``_at`` (Unix time);
+- ``<prefix>:regions:log``: the last ``LOG_LENGTH`` share changes, JSON, newest first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+from .budgets import Budget, RegionSettings
+from .conf import get_settings, on_change
+from .policy import Limit, Policy
+from .store import cache_connection
+
+__all__ = ["RebalanceResult", "ShareState", "next_shares", "on_decision", "rebalance", "scale", "share_of",
+           "state", "tick"]
+
+logger = logging.getLogger("django_gcra")
+
+DEMAND_WINDOWS = 20  # windows a demand hash is kept
+LOG_LENGTH = 200  # share changes kept in each region's log
+MAX_FIELDS = 10_000  # (policy, limit) pairs counted, and shares held, per process
+DEFAULT_BUDGET = Budget("shared")
+EPSILON = 1e-9
+
+
+def field_of(policy: str, limit: str) -> str:
+    return f"{policy}/{limit}"
+
+
+def demand_key(prefix: str, window: int) -> str:
+    return f"{prefix}:regions:demand:{window}"
+
+
+def shares_key(prefix: str) -> str:
+    return f"{prefix}:regions:shares"
+
+
+def log_key(prefix: str) -> str:
+    return f"{prefix}:regions:log"
+
+
+def window_of(now: float, interval: float) -> int:
+    return math.floor(now / interval)
+
+
+def scale(interval: int, burst: int, share: float) -> tuple[int, int]:
+    """A limit's (interval us, burst) at ``share`` of it: the interval divided by the share,
+    rounded up (never over-admitting), the burst times the share, rounded down but at least
+    1 (a region always admits a request of cost 1 eventually)."""
+    if share >= 1.0:
+        return interval, burst
+    return math.ceil(interval / share - EPSILON), max(1, math.floor(burst * share + EPSILON))
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+class ShareState:
+    """This process's share table (read from the local Redis) and its unsent demand."""
+
+    def __init__(self) -> None:
+        self.shares: dict[str, dict[str, float]] = {}  # field -> {region: share}
+        self.window: int | None = None  # the demand window the table was computed from
+        self.version = 0  # bumped whenever the table changes
+        self.demand: dict[str, int] = {}
+        self.demand_lock = threading.Lock()
+        self.loaded = False
+        self.failing = False
+        self.next_sync = 0.0  # monotonic
+        self.synced_at: float | None = None  # monotonic, last successful sync
+        self.sync_lock = threading.Lock()  # held by the one sync in flight
+        self.idle = threading.Event()
+        self.idle.set()
+        self.listeners: list[Callable[[], None]] = []
+
+    def reset(self) -> None:
+        """Forget everything (settings changed, tests)."""
+        self.join(5)
+        with self.demand_lock:
+            self.demand = {}
+        self.shares, self.window, self.loaded, self.failing, self.next_sync = {}, None, False, False, 0.0
+        self.synced_at = None
+        self._changed()
+
+    def join(self, timeout: float) -> bool:
+        return self.idle.wait(timeout)
+
+    def _changed(self) -> None:
+        self.version += 1
+        for callback in self.listeners:
+            callback()
+
+    def tick(self) -> int | None:
+        """Called on the request path by planning: start a background sync when one is due
+        (a process's first one is waited for, at most the limiter's TIMEOUT); return the
+        table's version (None without REGIONS)."""
+        if time.monotonic() < self.next_sync:
+            return self.version
+        regions = get_settings().regions
+        if regions is None:
+            return None
+        if self.sync_lock.acquire(blocking=False):
+            if time.monotonic() < self.next_sync:
+                self.sync_lock.release()
+                return self.version
+            self.next_sync = time.monotonic() + regions.refresh
+            self.idle.clear()
+            threading.Thread(target=self._sync_in_thread, name="gcra-regions", daemon=True).start()
+        if not self.loaded and not self.failing and not _in_event_loop():
+            self.idle.wait(get_settings().timeout)
+        return self.version
+
+    def _sync_in_thread(self) -> None:
+        try:
+            self.sync()
+        finally:
+            self.sync_lock.release()
+            self.idle.set()
+
+    def count(self, policy: str, limits: Iterable[str], cost: int) -> None:
+        with self.demand_lock:
+            demand = self.demand
+            for name in limits:
+                key = field_of(policy, name)
+                if key in demand:
+                    demand[key] += cost
+                elif len(demand) < MAX_FIELDS:
+                    demand[key] = cost
+
+    def sync(self) -> None:
+        """Add the counted demand to the local Redis and read the share table back."""
+        config = get_settings()
+        regions = config.regions
+        if regions is None:
+            return
+        with self.demand_lock:
+            demand, self.demand = self.demand, {}
+        window = window_of(time.time(), regions.rebalance_interval)
+        key = demand_key(config.prefix, window)
+        try:
+            pipe = cache_connection(regions.caches[regions.local]).pipeline(transaction=False)
+            for name, units in demand.items():
+                pipe.hincrby(key, name, units)
+            if demand:
+                pipe.expire(key, math.ceil(regions.rebalance_interval * DEMAND_WINDOWS))
+            pipe.hgetall(shares_key(config.prefix))
+            raw = pipe.execute()[-1]
+        except Exception as exc:  # keep the last shares; send this demand with the next sync
+            if not self.failing:
+                logger.warning("django_gcra: region %s: could not sync shares with the local Redis (keeping %d): %s",
+                               regions.local, len(self.shares), exc)
+            self.failing = True
+            self.count_back(demand)
+            return
+        window_raw = raw.pop(b"_window", None)
+        raw.pop(b"_at", None)
+        shares = _parse_table(raw)
+        self.failing, self.loaded, self.synced_at = False, True, time.monotonic()
+        self.window = int(window_raw) if window_raw is not None else None
+        if shares != self.shares:
+            self.shares = shares
+            self._changed()
+
+    def count_back(self, demand: Mapping[str, int]) -> None:
+        with self.demand_lock:
+            for name, units in demand.items():
+                if name in self.demand or len(self.demand) < MAX_FIELDS:
+                    self.demand[name] = self.demand.get(name, 0) + units
+
+
+def _parse_table(raw: Mapping[bytes, bytes]) -> dict[str, dict[str, float]]:
+    shares: dict[str, dict[str, float]] = {}
+    for name, value in raw.items():
+        if len(shares) >= MAX_FIELDS:
+            break
+        try:
+            vector = json.loads(value)
+            shares[name.decode()] = {str(r): float(s) for r, s in vector.items()}
+        except (ValueError, AttributeError, TypeError):
+            logger.warning("django_gcra: ignoring a malformed share entry %r", name)
+    return shares
+
+
+state = ShareState()
+on_change(state.reset)
+
+
+def tick() -> int | None:
+    """The share table's version (planning memoizes under it; None without REGIONS); may
+    start a background sync."""
+    if state.next_sync > time.monotonic():
+        return state.version
+    return state.tick()
+
+
+_home_functions: dict[str, Callable[[Mapping[str, str]], Any]] = {}
+
+
+def _home_of(path: str, values: Mapping[str, str]) -> str | None:
+    function = _home_functions.get(path)
+    try:
+        if function is None:
+            function = _home_functions[path] = import_string(path)
+        region = function(values)
+    except Exception:
+        logger.exception("django_gcra: home region function %s failed; using the equal share", path)
+        return None
+    return region if isinstance(region, str) else None
+
+
+on_change(_home_functions.clear)
+
+
+def share_of(policy: Policy, limit: Limit, values: Mapping[str, str]) -> float:
+    """The share of ``limit`` this region enforces for these descriptor values (1.0
+    without REGIONS). Memory only."""
+    regions = get_settings().regions
+    if regions is None:
+        return 1.0
+    return budget_share(policy.budget or DEFAULT_BUDGET, regions, field_of(policy.name, limit.name), values)
+
+
+def budget_share(budget: Budget, regions: RegionSettings, name: str, values: Mapping[str, str]) -> float:
+    mode, local = budget.mode, regions.local
+    if mode == "full":
+        return 1.0
+    if mode == "fixed":
+        return budget.shares.get(local, 0.0) if budget.shares else regions.equal
+    if mode == "home":
+        assert budget.home is not None
+        home = _home_of(budget.home, values)
+        if home == local:
+            return 1.0
+        return budget.away if home in regions.caches else regions.equal
+    vector = state.shares.get(name)
+    share = vector.get(local) if vector is not None else None
+    return regions.equal if share is None or not 0.0 < share <= 1.0 else share
+
+
+def on_decision(sender: Any, decision: Any, **kwargs: Any) -> None:
+    """Observer of every decision (``signals.observers``): count the units asked of each
+    limit in force, in memory."""
+    if decision.limits and get_settings().regions is not None:
+        state.count(decision.policy, [s.name for s in decision.limits], decision.cost)
+
+
+# The rebalancer --------------------------------------------------------------------------
+
+
+def next_shares(old: Mapping[str, float], wants: Mapping[str, float], regions: Iterable[str],
+                reachable: Iterable[str], floor: float, smoothing: float, max_step: float) -> dict[str, float]:
+    """One rebalance of one limit's shares (docs/howto/multi-region.md, "The formulas").
+
+    Regions not ``reachable`` keep their share (they keep enforcing it); the reachable
+    ones split the rest: target_r = floor + (mass - n * floor) * wants_r / sum(wants), each
+    share moves ``1 - smoothing`` of the way to its target, and the whole move is scaled
+    down so no share moves more than ``max_step``. Shares sum to 1 before and after; with
+    no demand at all they stay."""
+    names = list(regions)
+    live = [r for r in names if r in set(reachable)]
+    given = {r: max(0.0, float(old.get(r, 0.0))) for r in names}
+    total_old = math.fsum(given.values())
+    old = {r: (s / total_old if total_old > 0 else 1.0 / len(names)) for r, s in given.items()}
+    mass = math.fsum(old[r] for r in live)
+    total = math.fsum(max(0.0, float(wants.get(r, 0.0))) for r in live)
+    spread = mass - len(live) * floor
+    if not live or total <= 0 or spread < 0:
+        return old
+    step = {r: (1.0 - smoothing) * (floor + spread * max(0.0, float(wants.get(r, 0.0))) / total - old[r])
+            for r in live}
+    biggest = max(abs(v) for v in step.values())
+    k = min(1.0, max_step / biggest) if biggest > 0 else 1.0
+    new = dict(old)
+    for r in live:
+        new[r] = old[r] + k * step[r]
+    total_new = math.fsum(new.values())
+    return {r: s / total_new for r, s in new.items()}
+
+
+@dataclass
+class RebalanceResult:
+    window: int
+    skipped: bool = False  # the shares were already computed from this window
+    unreachable: list[str] = field(default_factory=list)
+    demand: dict[str, dict[str, int]] = field(default_factory=dict)  # region -> field -> units
+    shares: dict[str, dict[str, float]] = field(default_factory=dict)  # field -> region -> share
+    changed: dict[str, dict[str, float]] = field(default_factory=dict)  # the fields that moved
+
+
+def complete_window(now: float, regions: RegionSettings) -> int:
+    """The last demand window whose every flush has arrived by ``now``."""
+    lag = regions.refresh + min(0.5, 0.1 * regions.rebalance_interval)
+    return window_of(now - lag, regions.rebalance_interval) - 1
+
+
+def _shared_fields(names: Iterable[str]) -> list[str]:
+    policies = get_settings().policies
+    out = []
+    for name in names:
+        policy = policies.get(name.split("/", 1)[0])
+        budget = (policy.budget if policy is not None else None) or DEFAULT_BUDGET
+        if budget.mode == "shared":
+            out.append(name)
+    return sorted(out)[:MAX_FIELDS]
+
+
+def rebalance(now: float | None = None, force: bool = False,
+              connect: Callable[[str], Any] = cache_connection) -> RebalanceResult:
+    """Read every region's demand of the last complete window, compute the shares, write
+    them to every region reached. ``force``: even if they were computed from this window."""
+    config = get_settings()
+    regions = config.regions
+    if regions is None:
+        raise RuntimeError("DJANGO_GCRA['REGIONS'] is not set")
+    now = time.time() if now is None else now
+    window = complete_window(now, regions)
+    result = RebalanceResult(window)
+    clients: dict[str, Any] = {}
+    previous: tuple[int, dict[str, dict[str, float]]] = (-1, {})
+    for region, alias in regions.caches.items():
+        try:
+            client = connect(alias)
+            pipe = client.pipeline(transaction=False)
+            pipe.hgetall(demand_key(config.prefix, window))
+            pipe.hgetall(shares_key(config.prefix))
+            demand_raw, shares_raw = pipe.execute()
+        except Exception as exc:
+            logger.warning("django_gcra: rebalance: region %s unreachable, it keeps its last shares: %s", region, exc)
+            result.unreachable.append(region)
+            continue
+        clients[region] = client
+        result.demand[region] = {k.decode(): int(v) for k, v in list(demand_raw.items())[:MAX_FIELDS]}
+        stamp = shares_raw.pop(b"_window", None)
+        shares_raw.pop(b"_at", None)
+        stamp_value = int(stamp) if stamp is not None else -1
+        if stamp_value > previous[0] or (stamp_value == previous[0] and not previous[1]):
+            previous = (stamp_value, _parse_table(shares_raw))
+    if not clients:
+        return result
+    if previous[0] >= window and not force:
+        result.skipped, result.shares = True, previous[1]
+        return result
+    fields = _shared_fields({*previous[1], *(f for d in result.demand.values() for f in d)})
+    equal = dict.fromkeys(regions.names, regions.equal)
+    for name in fields:
+        old = previous[1].get(name) or equal
+        if set(old) != set(regions.names):
+            old = equal  # the regions changed: start again from equal shares
+        wants = {r: result.demand[r].get(name, 0) for r in clients}
+        new = next_shares(old, wants, regions.names, clients, regions.floor, regions.smoothing, regions.max_step)
+        result.shares[name] = new
+        if any(abs(new[r] - old.get(r, 0.0)) > 1e-6 for r in new):
+            result.changed[name] = new
+    entry = json.dumps({"at": round(now, 3), "window": window, "unreachable": result.unreachable,
+                        "changed": {n: {r: round(s, 4) for r, s in v.items()} for n, v in result.changed.items()}})
+    mapping: dict[str, Any] = {n: json.dumps(v) for n, v in result.shares.items()}
+    mapping.update({"_window": window, "_at": repr(now)})
+    for region, client in clients.items():
+        try:
+            pipe = client.pipeline(transaction=False)
+            pipe.hset(shares_key(config.prefix), mapping=mapping)
+            if result.changed:
+                pipe.lpush(log_key(config.prefix), entry)
+                pipe.ltrim(log_key(config.prefix), 0, LOG_LENGTH - 1)
+            pipe.execute()
+        except Exception as exc:
+            logger.warning("django_gcra: rebalance: could not write region %s's shares: %s", region, exc)
+            result.unreachable.append(region)
+    for name, new in result.changed.items():
+        logger.info("django_gcra: shares of %s from window %d: %s", name, window,
+                    ", ".join(f"{r} {s:.3f}" for r, s in new.items()))
+    return result
