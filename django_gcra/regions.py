@@ -30,7 +30,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +41,8 @@ from .conf import get_settings, on_change
 from .policy import Limit, Policy
 from .store import cache_connection
 
-__all__ = ["RebalanceResult", "ShareState", "next_shares", "on_decision", "rebalance", "scale", "share_of",
-           "state", "tick"]
+__all__ = ["RebalanceResult", "RegionCollector", "ShareState", "next_shares", "on_decision", "rebalance", "scale",
+           "share_of", "state", "status_lines", "tick"]
 
 logger = logging.getLogger("django_gcra")
 
@@ -97,7 +97,8 @@ class ShareState:
         self.shares: dict[str, dict[str, float]] = {}  # field -> {region: share}
         self.window: int | None = None  # the demand window the table was computed from
         self.version = 0  # bumped whenever the table changes
-        self.demand: dict[str, int] = {}
+        self.demand: dict[str, int] = {}  # units asked since the last flush
+        self.totals: dict[str, int] = {}  # units asked since the process started (metrics)
         self.demand_lock = threading.Lock()
         self.loaded = False
         self.failing = False
@@ -112,7 +113,7 @@ class ShareState:
         """Forget everything (settings changed, tests)."""
         self.join(5)
         with self.demand_lock:
-            self.demand = {}
+            self.demand, self.totals = {}, {}
         self.shares, self.window, self.loaded, self.failing, self.next_sync = {}, None, False, False, 0.0
         self.synced_at = None
         self._changed()
@@ -154,13 +155,16 @@ class ShareState:
 
     def count(self, policy: str, limits: Iterable[str], cost: int) -> None:
         with self.demand_lock:
-            demand = self.demand
+            demand, totals = self.demand, self.totals
             for name in limits:
                 key = field_of(policy, name)
-                if key in demand:
-                    demand[key] += cost
-                elif len(demand) < MAX_FIELDS:
-                    demand[key] = cost
+                if key in totals:
+                    totals[key] += cost
+                elif len(totals) < MAX_FIELDS:
+                    totals[key] = cost
+                else:
+                    continue  # past the bound: not counted at all
+                demand[key] = demand.get(key, 0) + cost
 
     def sync(self) -> None:
         """Add the counted demand to the local Redis and read the share table back."""
@@ -405,3 +409,70 @@ def rebalance(now: float | None = None, force: bool = False,
         logger.info("django_gcra: shares of %s from window %d: %s", name, window,
                     ", ".join(f"{r} {s:.3f}" for r, s in new.items()))
     return result
+
+
+class RegionCollector:
+    """A ``prometheus_client`` collector of this process's region: the share it enforces of
+    each shared limit, and the units asked of each limit here. Register it yourself:
+    ``prometheus_client.REGISTRY.register(RegionCollector())``. Labelled by region, policy
+    and limit (bounded by configuration)."""
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        regions = get_settings().regions
+        if regions is None:
+            return
+        share = GaugeMetricFamily("django_gcra_region_share", "The share of a shared limit this region enforces",
+                                  labels=["region", "policy", "limit"])
+        demand = CounterMetricFamily("django_gcra_region_demand_units", "Units asked of a limit in this region",
+                                     labels=["region", "policy", "limit"])
+        with state.demand_lock:
+            totals = dict(state.totals)
+        for name in sorted(set(state.shares) | set(totals)):
+            policy, _, limit = name.partition("/")
+            vector = state.shares.get(name)
+            share.add_metric([regions.local, policy, limit],
+                             vector.get(regions.local, regions.equal) if vector else regions.equal)
+            if name in totals:
+                demand.add_metric([regions.local, policy, limit], totals[name])
+        yield share
+        yield demand
+
+
+def status_lines(connect: Callable[[str], Any] = cache_connection, changes: int = 5) -> list[str]:
+    """``gcra_status``'s view of the regions: each region's shares and its demand in the
+    last complete window, and the latest share changes (from the local region's log)."""
+    config = get_settings()
+    regions = config.regions
+    if regions is None:
+        return []
+    window = complete_window(time.time(), regions)
+    lines = []
+    for region, alias in regions.caches.items():
+        try:
+            pipe = connect(alias).pipeline(transaction=False)
+            pipe.hgetall(shares_key(config.prefix))
+            pipe.hgetall(demand_key(config.prefix, window))
+            shares_raw, demand_raw = pipe.execute()
+        except Exception as exc:
+            lines.append(f"{region} ({alias}): unreachable: {type(exc).__name__}: {exc}")
+            continue
+        stamp = shares_raw.pop(b"_window", None)
+        shares_raw.pop(b"_at", None)
+        table = _parse_table(shares_raw)
+        since = f"from window {int(stamp)}" if stamp is not None else "never rebalanced: equal shares"
+        lines.append(f"{region} ({alias}): shares {since}")
+        for name in sorted(set(table) | {k.decode() for k in demand_raw}):
+            share = table.get(name, {}).get(region)
+            shown = f"{share:.3f}" if share is not None else f"{regions.equal:.3f} (equal)"
+            lines.append(f"  {name}: share {shown}, demand {int(demand_raw.get(name.encode(), 0))} "
+                         f"units in window {window}")
+    try:
+        log = connect(regions.caches[regions.local]).lrange(log_key(config.prefix), 0, changes - 1)
+    except Exception:
+        log = []
+    if log:
+        lines.append("latest share changes (newest first):")
+        lines.extend(f"  {entry.decode()}" for entry in log)
+    return lines

@@ -145,6 +145,11 @@ def test_demand_is_counted_per_limit_and_flushed_to_the_local_redis(three_region
     assert eu.hgetall(key) == {b"api/t": b"10"} and eu.ttl(key) > 0
     assert get_redis_connection("us-redis").keys("rl:regions:demand:*") == []
     assert regions.state.demand == {}
+    families = {f.name: f for f in regions.RegionCollector().collect()}
+    (share,) = families["django_gcra_region_share"].samples
+    assert share.labels == {"region": "eu", "policy": "api", "limit": "t"} and share.value == pytest.approx(1 / 3)
+    (units,) = families["django_gcra_region_demand_units"].samples
+    assert units.value == 10
 
 
 def test_rebalance_reads_every_region_and_writes_every_region(three_regions, settings):
@@ -181,3 +186,12 @@ def test_rebalance_reads_every_region_and_writes_every_region(three_regions, set
     assert second.shares["api/t"]["ap"] == pytest.approx(first["ap"])  # ap keeps enforcing its share
     assert json.loads(get_redis_connection("ap-redis").hget("rl:regions:shares", "api/t")) == pytest.approx(first)
     call_command("gcra_rebalance", "--once", "--force")  # the command runs on the real clock: no demand, no move
+    import io
+
+    out = io.StringIO()
+    call_command("gcra_status", stdout=out)
+    text = out.getvalue()
+    assert "Regions (local 'eu')" in text and "api: budget shared" in text and "pinned: budget full" in text
+    eu_share = json.loads(get_redis_connection("default").hget("rl:regions:shares", "api/t"))["eu"]
+    assert f"api/t: share {eu_share:.3f}, demand 0 units" in text and "latest share changes" in text
+    print(text)
