@@ -19,8 +19,9 @@ SOCKET_TIMEOUT = 0.5  # seconds, on every alias: a paused peer fails a rebalance
 
 
 def home_of(descriptors):
-    """A home-region function: tenants named "us-..." live in us, the others in eu."""
-    return "us" if str(descriptors.get("tenant", "")).startswith("us-") else "eu"
+    """A home-region function: a tenant named "<region>-..." lives in that region, the others in eu."""
+    prefix = str(descriptors.get("tenant", "")).split("-", 1)[0]
+    return prefix if prefix in ALIASES else "eu"
 
 
 def caches_for(urls: dict[str, str]) -> dict:
