@@ -38,6 +38,7 @@ from django.utils.module_loading import import_string
 
 from .budgets import Budget, RegionSettings
 from .conf import get_settings, on_change
+from .keys import escape
 from .policy import Limit, Policy
 from .store import cache_connection
 
@@ -49,12 +50,22 @@ logger = logging.getLogger("django_gcra")
 DEMAND_WINDOWS = 20  # windows a demand hash is kept
 LOG_LENGTH = 200  # share changes kept in each region's log
 MAX_FIELDS = 10_000  # (policy, limit) pairs counted, and shares held, per process
+KEY_SLOTS = 1024  # distinct keys counted per process between two flushes
+BUSY_PER_FLUSH = 32  # the most keys one process reports per flush (its busiest)
+BUSY_FRACTION = 0.2  # a key asking this much of its limit in a window gets its own shares
+MAX_KEY_SHARES = 1000  # keys with their own shares, across all limits
+KEY_TTL_WINDOWS = 12  # windows without demand after which a key's own shares are dropped
 DEFAULT_BUDGET = Budget("shared")
 EPSILON = 1e-9
 
 
 def field_of(policy: str, limit: str) -> str:
     return f"{policy}/{limit}"
+
+
+def key_field(name: str, key: Iterable[str], values: Mapping[str, str]) -> str:
+    """The field of one key of a limit: ``policy/limit/<escaped values>``."""
+    return f"{name}/{':'.join(escape(values[d]) for d in key)}"
 
 
 def demand_key(prefix: str, window: int) -> str:
@@ -99,6 +110,9 @@ class ShareState:
         self.version = 0  # bumped whenever the table changes
         self.demand: dict[str, int] = {}  # units asked since the last flush
         self.totals: dict[str, int] = {}  # units asked since the process started (metrics)
+        self.keys: dict[str, int] = {}  # per key ("policy/limit/values"): units since the last flush
+        self.keyed: frozenset[str] = frozenset()  # limits with keys of their own shares in the table
+        self.key_of: dict[str, tuple[str, ...]] | None = None  # limit field -> its key's descriptors
         self.demand_lock = threading.Lock()
         self.loaded = False
         self.failing = False
@@ -113,7 +127,8 @@ class ShareState:
         """Forget everything (settings changed, tests)."""
         self.join(5)
         with self.demand_lock:
-            self.demand, self.totals = {}, {}
+            self.demand, self.totals, self.keys, self.key_of = {}, {}, {}, None
+        self.keyed = frozenset()
         self.shares, self.window, self.loaded, self.failing, self.next_sync = {}, None, False, False, 0.0
         self.synced_at = None
         self._changed()
@@ -153,9 +168,13 @@ class ShareState:
             self.sync_lock.release()
             self.idle.set()
 
-    def count(self, policy: str, limits: Iterable[str], cost: int) -> None:
+    def count(self, policy: str, limits: Iterable[str], cost: int, values: Mapping[str, str] | None = None) -> None:
+        key_of = self.key_of
+        if key_of is None:
+            key_of = self.key_of = {field_of(p.name, lim.name): lim.key for p in get_settings().policies.values()
+                                    for lim in p.limits}
         with self.demand_lock:
-            demand, totals = self.demand, self.totals
+            demand, totals, keys = self.demand, self.totals, self.keys
             for name in limits:
                 key = field_of(policy, name)
                 if key in totals:
@@ -165,6 +184,13 @@ class ShareState:
                 else:
                     continue  # past the bound: not counted at all
                 demand[key] = demand.get(key, 0) + cost
+                descriptors = key_of.get(key)
+                if descriptors is not None and values is not None:
+                    one = key_field(key, descriptors, values)
+                    if one in keys:
+                        keys[one] += cost
+                    elif len(keys) < KEY_SLOTS:  # the first keys of a flush interval: a busy key is among them
+                        keys[one] = cost
 
     def sync(self) -> None:
         """Add the counted demand to the local Redis and read the share table back."""
@@ -174,13 +200,16 @@ class ShareState:
             return
         with self.demand_lock:
             demand, self.demand = self.demand, {}
+            keys, self.keys = self.keys, {}
+        busy = sorted(((units, name) for name, units in keys.items() if units >= 2), reverse=True)[:BUSY_PER_FLUSH]
+        sent = {**demand, **{name: units for units, name in busy}}
         window = window_of(time.time(), regions.rebalance_interval)
         key = demand_key(config.prefix, window)
         try:
             pipe = cache_connection(regions.caches[regions.local]).pipeline(transaction=False)
-            for name, units in demand.items():
+            for name, units in sent.items():
                 pipe.hincrby(key, name, units)
-            if demand:
+            if sent:
                 pipe.expire(key, math.ceil(regions.rebalance_interval * DEMAND_WINDOWS))
             pipe.hgetall(shares_key(config.prefix))
             raw = pipe.execute()[-1]
@@ -198,6 +227,7 @@ class ShareState:
         self.window = int(window_raw) if window_raw is not None else None
         if shares != self.shares:
             self.shares = shares
+            self.keyed = frozenset(name.rsplit("/", 1)[0] for name in shares if name.count("/") >= 2)
             self._changed()
 
     def count_back(self, demand: Mapping[str, int]) -> None:
@@ -256,10 +286,12 @@ def share_of(policy: Policy, limit: Limit, values: Mapping[str, str]) -> float:
     regions = get_settings().regions
     if regions is None:
         return 1.0
-    return budget_share(policy.budget or DEFAULT_BUDGET, regions, field_of(policy.name, limit.name), values)
+    return budget_share(policy.budget or DEFAULT_BUDGET, regions, field_of(policy.name, limit.name), values,
+                        limit.key)
 
 
-def budget_share(budget: Budget, regions: RegionSettings, name: str, values: Mapping[str, str]) -> float:
+def budget_share(budget: Budget, regions: RegionSettings, name: str, values: Mapping[str, str],
+                 key: tuple[str, ...] | None = None) -> float:
     mode, local = budget.mode, regions.local
     if mode == "full":
         return 1.0
@@ -271,7 +303,11 @@ def budget_share(budget: Budget, regions: RegionSettings, name: str, values: Map
         if home == local:
             return 1.0
         return budget.away if home in regions.caches else regions.equal
-    vector = state.shares.get(name)
+    vector = None
+    if key is not None and name in state.keyed:  # this limit has busy keys with shares of their own
+        vector = state.shares.get(key_field(name, key, values))
+    if vector is None:
+        vector = state.shares.get(name)
     share = vector.get(local) if vector is not None else None
     return regions.equal if share is None or not 0.0 < share <= 1.0 else share
 
@@ -280,7 +316,7 @@ def on_decision(sender: Any, decision: Any, **kwargs: Any) -> None:
     """Observer of every decision (``signals.observers``): count the units asked of each
     limit in force, in memory."""
     if decision.limits and get_settings().regions is not None:
-        state.count(decision.policy, [s.name for s in decision.limits], decision.cost)
+        state.count(decision.policy, [s.name for s in decision.limits], decision.cost, decision.descriptors)
 
 
 # The rebalancer --------------------------------------------------------------------------
@@ -343,6 +379,47 @@ def _shared_fields(names: Iterable[str]) -> list[str]:
     return sorted(out)[:MAX_FIELDS]
 
 
+def _busy_keys(seen: Iterable[str], limits: set[str], previous: Mapping[str, Mapping[str, float]],
+               result: RebalanceResult, window: int) -> tuple[dict[str, int], list[str]]:
+    """The keys with shares of their own after this window (key field -> the last window
+    it asked anything), and the ones to drop. A key gets its own shares when it asked at
+    least ``BUSY_FRACTION`` of its limit in the window, and keeps them until it has asked
+    nothing for ``KEY_TTL_WINDOWS`` windows; at most ``MAX_KEY_SHARES``, the busiest."""
+    regions = get_settings().regions
+    assert regions is not None
+    capacity = _capacities(regions.rebalance_interval)
+    candidates: list[tuple[int, int, str]] = []
+    dropped = []
+    for name in seen:
+        if name.count("/") < 2:
+            continue
+        base = name.rsplit("/", 1)[0]
+        asked = sum(d.get(name, 0) for d in result.demand.values())
+        own = previous.get(name)
+        last = int(own.get("_seen", -1)) if own is not None else -1
+        if base not in limits or base not in capacity:
+            if own is not None:
+                dropped.append(name)
+            continue
+        if asked > 0 and (own is not None or asked >= BUSY_FRACTION * capacity[base]):
+            last = window
+        if own is None and last != window:
+            continue  # not busy: the limit's shares serve it
+        if window - last > KEY_TTL_WINDOWS:
+            dropped.append(name)
+            continue
+        candidates.append((asked, last, name))
+    candidates.sort(reverse=True)
+    dropped += [name for _, _, name in candidates[MAX_KEY_SHARES:] if name in previous]
+    return {name: last for _, last, name in candidates[:MAX_KEY_SHARES]}, sorted(dropped)
+
+
+def _capacities(seconds: float) -> dict[str, float]:
+    """Units each configured limit admits in ``seconds`` (its largest tier's rate)."""
+    return {field_of(p.name, lim.name): max(r.count / r.period for r in lim.rates.values()) * seconds
+            for p in get_settings().policies.values() for lim in p.limits}
+
+
 def rebalance(now: float | None = None, force: bool = False,
               connect: Callable[[str], Any] = cache_connection) -> RebalanceResult:
     """Read every region's demand of the last complete window, compute the shares, write
@@ -379,10 +456,12 @@ def rebalance(now: float | None = None, force: bool = False,
     if previous[0] >= window and not force:
         result.skipped, result.shares = True, previous[1]
         return result
-    fields = _shared_fields({*previous[1], *(f for d in result.demand.values() for f in d)})
+    seen_fields = {*previous[1], *(f for d in result.demand.values() for f in d)}
+    fields = _shared_fields(f for f in seen_fields if f.count("/") == 1)
     equal = dict.fromkeys(regions.names, regions.equal)
-    for name in fields:
-        old = previous[1].get(name) or equal
+
+    def move(name: str, old: Mapping[str, float]) -> None:
+        old = {r: old[r] for r in regions.names if r in old}
         if set(old) != set(regions.names):
             old = equal  # the regions changed: start again from equal shares
         wants = {r: result.demand[r].get(name, 0) for r in clients}
@@ -390,14 +469,25 @@ def rebalance(now: float | None = None, force: bool = False,
         result.shares[name] = new
         if any(abs(new[r] - old.get(r, 0.0)) > 1e-6 for r in new):
             result.changed[name] = new
+
+    for name in fields:
+        move(name, previous[1].get(name) or equal)
+    keyed, dropped = _busy_keys(seen_fields, set(fields), previous[1], result, window)
+    for name in keyed:
+        move(name, previous[1].get(name) or previous[1].get(name.rsplit("/", 1)[0]) or equal)  # new: as its limit
+    logged = dict(list(result.changed.items())[:len(fields) + 20])  # the limits, and a few keys
     entry = json.dumps({"at": round(now, 3), "window": window, "unreachable": result.unreachable,
-                        "changed": {n: {r: round(s, 4) for r, s in v.items()} for n, v in result.changed.items()}})
+                        "changed": {n: {r: round(s, 4) for r, s in v.items()} for n, v in logged.items()}})
     mapping: dict[str, Any] = {n: json.dumps(v) for n, v in result.shares.items()}
+    for name in keyed:  # a key's shares carry the last window it asked anything
+        mapping[name] = json.dumps({**result.shares[name], "_seen": keyed[name]})
     mapping.update({"_window": window, "_at": repr(now)})
     for region, client in clients.items():
         try:
             pipe = client.pipeline(transaction=False)
             pipe.hset(shares_key(config.prefix), mapping=mapping)
+            if dropped:
+                pipe.hdel(shares_key(config.prefix), *dropped)
             if result.changed:
                 pipe.lpush(log_key(config.prefix), entry)
                 pipe.ltrim(log_key(config.prefix), 0, LOG_LENGTH - 1)
@@ -429,7 +519,7 @@ class RegionCollector:
                                      labels=["region", "policy", "limit"])
         with state.demand_lock:
             totals = dict(state.totals)
-        for name in sorted(set(state.shares) | set(totals)):
+        for name in sorted(n for n in set(state.shares) | set(totals) if n.count("/") == 1):  # no key labels
             policy, _, limit = name.partition("/")
             vector = state.shares.get(name)
             share.add_metric([regions.local, policy, limit],
@@ -463,11 +553,15 @@ def status_lines(connect: Callable[[str], Any] = cache_connection, changes: int 
         table = _parse_table(shares_raw)
         since = f"from window {int(stamp)}" if stamp is not None else "never rebalanced: equal shares"
         lines.append(f"{region} ({alias}): shares {since}")
-        for name in sorted(set(table) | {k.decode() for k in demand_raw}):
+        names = sorted(set(table) | {k.decode() for k in demand_raw})
+        keys = [n for n in names if n.count("/") >= 2]
+        for name in [n for n in names if n.count("/") == 1] + keys[:10]:
             share = table.get(name, {}).get(region)
             shown = f"{share:.3f}" if share is not None else f"{regions.equal:.3f} (equal)"
             lines.append(f"  {name}: share {shown}, demand {int(demand_raw.get(name.encode(), 0))} "
                          f"units in window {window}")
+        if len(keys) > 10:
+            lines.append(f"  ... and {len(keys) - 10} more keys with shares or demand of their own")
     try:
         log = connect(regions.caches[regions.local]).lrange(log_key(config.prefix), 0, changes - 1)
     except Exception:

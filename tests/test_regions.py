@@ -142,7 +142,7 @@ def test_demand_is_counted_per_limit_and_flushed_to_the_local_redis(three_region
     assert regions.state.join(5)
     eu = get_redis_connection("default")
     (key,) = [k for k in eu.keys("rl:regions:demand:*")]
-    assert eu.hgetall(key) == {b"api/t": b"10"} and eu.ttl(key) > 0
+    assert eu.hgetall(key) == {b"api/t": b"10", b"api/t/acme": b"10"} and eu.ttl(key) > 0  # the limit, its busy key
     assert get_redis_connection("us-redis").keys("rl:regions:demand:*") == []
     assert regions.state.demand == {}
     families = {f.name: f for f in regions.RegionCollector().collect()}
@@ -195,3 +195,45 @@ def test_rebalance_reads_every_region_and_writes_every_region(three_regions, set
     eu_share = json.loads(get_redis_connection("default").hget("rl:regions:shares", "api/t"))["eu"]
     assert f"api/t: share {eu_share:.3f}, demand 0 units" in text and "latest share changes" in text
     print(text)
+
+
+def test_busy_keys_get_shares_of_their_own(three_regions):
+    """Two tenants of one limit, each busy in its own region: the limit's demand is even,
+    so its shares stay equal, but each busy key's shares follow its own demand; a key that
+    goes quiet keeps its shares for KEY_TTL_WINDOWS windows, then falls back to the limit's."""
+    from django_redis import get_redis_connection
+
+    from django_gcra import decide
+
+    three_regions({"api": one()})
+    aliases = {"eu": "default", "us": "us-redis", "ap": "ap-redis"}
+    for _ in range(30):  # counted per key in this (eu) process too
+        decide("api", {"tenant": "eu-t"})
+    assert regions.state.keys == {"api/t/eu-t": 30}
+    now = 2_000_000.0
+    config = regions.get_settings().regions
+    window = regions.complete_window(now, config)
+    capacity = 300 * config.rebalance_interval  # units the limit admits in a window
+    busy, idle = int(0.9 * capacity), int(0.01 * capacity)
+    for step in range(2):
+        for name, eu_t, us_t in (("eu", busy, 0), ("us", 0, busy), ("ap", 0, 0)):
+            fields = {"api/t": eu_t + us_t, "api/t/eu-t": eu_t, "api/t/us-t": us_t, "api/t/quiet": idle}
+            get_redis_connection(aliases[name]).hset(f"rl:regions:demand:{window + step}",
+                                                     mapping={k: v for k, v in fields.items() if v})
+        result = regions.rebalance(now + step * config.rebalance_interval)
+    assert result.shares["api/t"]["eu"] == pytest.approx(result.shares["api/t"]["us"])
+    assert result.shares["api/t/eu-t"]["eu"] > 0.6 and result.shares["api/t/us-t"]["us"] > 0.6
+    assert "api/t/quiet" not in result.shares  # 1 % of the limit: not busy
+    regions.state.next_sync = 0.0
+    regions.state.tick()
+    assert regions.state.join(5)
+    eu_t, base = result.shares["api/t/eu-t"]["eu"], result.shares["api/t"]["eu"]
+    assert spec("api", "eu-t") == regions.scale(3334, 30, eu_t)
+    assert spec("api", "us-t") == regions.scale(3334, 30, result.shares["api/t/us-t"]["eu"])
+    assert spec("api", "other") == regions.scale(3334, 30, base)
+    # Quiet for KEY_TTL_WINDOWS + 1 windows: its own shares are dropped everywhere.
+    for step in range(2, regions.KEY_TTL_WINDOWS + 4):
+        last = regions.rebalance(now + step * config.rebalance_interval)
+    assert "api/t/eu-t" not in last.shares
+    for alias in aliases.values():
+        assert get_redis_connection(alias).hget("rl:regions:shares", "api/t/eu-t") is None

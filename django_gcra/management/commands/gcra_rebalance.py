@@ -50,7 +50,11 @@ class Command(BaseCommand):
         if result.skipped:
             self.stdout.write(f"window {result.window}: shares already computed")
             return
-        for name, shares in sorted(result.shares.items()):
+        keys = [n for n in result.shares if n.count("/") >= 2]
+        if keys:
+            self.stdout.write(f"window {result.window}: {len(keys)} busy keys with shares of their own "
+                              f"({sum(n in result.changed for n in keys)} moved)")
+        for name, shares in sorted((n, v) for n, v in result.shares.items() if n.count("/") == 1):
             wants = ", ".join(f"{r} {d.get(name, 0)}" for r, d in result.demand.items())
             moved = "" if name in result.changed else " (unchanged)"
             self.stdout.write(f"window {result.window}: {name}: "
