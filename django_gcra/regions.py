@@ -86,11 +86,13 @@ def window_of(now: float, interval: float) -> int:
 
 def scale(interval: int, burst: int, share: float) -> tuple[int, int]:
     """A limit's (interval us, burst) at ``share`` of it: the interval divided by the share,
-    rounded up (never over-admitting), the burst times the share, rounded down but at least
-    1 (a region always admits a request of cost 1 eventually)."""
+    rounded up (the rate never exceeds the share), and the burst times the share, rounded
+    up (so at least 1, and at most one unit above the exact share: N units over all
+    regions, the rounding term of the slack). Rounding the burst down would cost small
+    shares most: under Poisson arrivals a burst of 1 admits well below its rate."""
     if share >= 1.0:
         return interval, burst
-    return math.ceil(interval / share - EPSILON), max(1, math.floor(burst * share + EPSILON))
+    return math.ceil(interval / share - EPSILON), max(1, math.ceil(burst * share - EPSILON))
 
 
 def _in_event_loop() -> bool:

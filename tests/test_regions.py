@@ -24,9 +24,9 @@ def test_scale_rounds_towards_admitting_less():
     assert scale(10_000, 30, 1.0) == (10_000, 30)
     assert scale(10_000, 30, 0.5) == (20_000, 15)
     assert scale(10_000, 30, 1 / 3) == (30_000, 10)  # exact thirds stay exact
-    assert scale(10_000, 10, 0.25) == (40_000, 2)  # 2.5 rounds down
+    assert scale(10_000, 10, 0.25) == (40_000, 3)  # 2.5 rounds up: at most one unit over the share
     assert scale(10_000, 10, 0.01) == (1_000_000, 1)  # never below 1
-    assert scale(3, 7, 0.7) == (5, 4)  # 4.29 us rounds up
+    assert scale(3, 7, 0.7) == (5, 5)  # 4.29 us and 4.9 units round up
 
 
 NAMES = ("eu", "us", "ap")

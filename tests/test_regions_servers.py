@@ -186,7 +186,9 @@ def test_skewed_then_shifting_demand(servers, urls):
     # fixed: each region at most a third; eu (offering more) gets about its third, us all it offers.
     third = RATE * period / 3
     assert 0.85 * third <= admitted(eu, "fixed:acme", a, b) <= third + BURST / 3 + 1
-    assert admitted(us, "fixed:acme", a, b) >= 0.9 * 25 * period
+    us_requests = sum(1 for r in us for t in r["times"] if a <= t < b)
+    print(f"us: {us_requests} requests in the period, fixed admitted {admitted(us, 'fixed:acme', a, b)}")
+    assert admitted(us, "fixed:acme", a, b) >= 0.85 * us_requests  # its third is above what it asks
     # full: every region the whole limit, so together over the global bound.
     assert 0.9 * RATE * period <= admitted(eu, "full:acme", a, b) <= RATE * period + BURST
     assert admitted(everyone, "full:acme", a, b) >= 1.1 * (RATE * period + BURST)

@@ -61,11 +61,13 @@ def region_worker(urls: dict[str, str], gcra: dict, calls: list[tuple[str, str]]
         time.sleep(0.001)
     first = time.time()
     offered = 0
+    times = []
     for due in _schedule(first, phases):
         now = time.time()
         if due > now:
             time.sleep(due - now)
         offered += 1
+        times.append(time.time())
         for name, tenant in calls:
             d = decide(policies[name], {"tenant": tenant})
             entry = out[f"{name}:{tenant}"]
@@ -79,7 +81,7 @@ def region_worker(urls: dict[str, str], gcra: dict, calls: list[tuple[str, str]]
     from django_gcra import regions
 
     regions.state.next_sync = 0.0  # flush the last demand (not needed by the tests; tidy)
-    return {"results": out, "first": first, "last": time.time(), "offered": offered}
+    return {"results": out, "first": first, "last": time.time(), "offered": offered, "times": times}
 
 
 def _schedule(first: float, phases: list[tuple[float, float]], most: int = 1_000_000):
