@@ -28,6 +28,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -254,6 +255,19 @@ def _parse_table(raw: Mapping[bytes, bytes]) -> dict[str, dict[str, float]]:
 
 state = ShareState()
 on_change(state.reset)
+
+
+def _forget_in_child() -> None:
+    # A forked worker has no thread behind a sync its parent had in flight, and must not
+    # report its parent's demand a second time; it keeps the parent's shares.
+    state.sync_lock, state.demand_lock = threading.Lock(), threading.Lock()
+    state.idle = threading.Event()
+    state.idle.set()
+    state.demand, state.keys, state.totals, state.next_sync = {}, {}, {}, 0.0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def tick() -> int | None:

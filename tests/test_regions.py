@@ -237,3 +237,28 @@ def test_busy_keys_get_shares_of_their_own(three_regions):
     assert "api/t/eu-t" not in last.shares
     for alias in aliases.values():
         assert get_redis_connection(alias).hget("rl:regions:shares", "api/t/eu-t") is None
+
+
+def test_a_forked_worker_forgets_its_parents_demand_and_sync(three_regions):
+    import os
+
+    from django_gcra import decide
+
+    three_regions({"api": one()})
+    decide("api", {"tenant": "acme"})
+    assert regions.state.demand == {"api/t": 1}
+    regions.state.sync_lock.acquire()  # as if a sync were in flight at the fork
+    try:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report and leave at once
+            ok = regions.state.demand == {} and regions.state.sync_lock.acquire(blocking=False)
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert os.read(read, 1) == b"1"
+        os.close(read)
+        os.close(write)
+    finally:
+        regions.state.sync_lock.release()
+    assert regions.state.demand == {"api/t": 1}  # the parent keeps its own
