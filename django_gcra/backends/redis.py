@@ -39,11 +39,15 @@ SCRIPT_SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
 
 
 def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None) -> list[Any]:
-    """ARGV for the script: cost, then interval, burst and enforce flag per limit, then
-    ``least`` for a take (as many units as fit, at most ``cost``, at least ``least``)."""
+    """ARGV for the script: cost, then per limit interval, burst and enforce flag (GCRA),
+    or period, N and 2 * algorithm + enforce (the sliding ones); then ``least`` for a take
+    (as many units as fit, at most ``cost``, at least ``least``)."""
     args: list[Any] = [cost]
     for spec in specs:
-        args += (spec.interval, spec.burst, 1 if spec.enforce else 0)
+        if spec.algorithm:
+            args += (spec.period, spec.burst, 2 * spec.algorithm + (1 if spec.enforce else 0))
+        else:
+            args += (spec.interval, spec.burst, 1 if spec.enforce else 0)
     if least is not None:
         args.append(least)
     return args
