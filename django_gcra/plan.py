@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from . import overrides
+from .algorithm import ALGORITHMS, SLIDING_LOG, SLIDING_WINDOW
 from .backends import LimitSpec
 from .conf import get_settings, on_change
 from .keys import build_key, escape
@@ -85,6 +86,10 @@ class PlanMemo:
         self.plans.clear()
 
 
+# A sliding limit's key names its algorithm ("~" is never in a limit name), so a limit whose
+# algorithm is changed never meets the other algorithm's state under its name.
+KEY_SUFFIX = {SLIDING_LOG: "~log", SLIDING_WINDOW: "~win"}
+
 _plans = PlanMemo()
 on_change(_plans.clear)
 
@@ -144,8 +149,13 @@ def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, i
                 continue  # turned off by an override
             rate, burst, mode = effective
         planned.append(PlannedLimit(limit, rate, burst, mode))
-        specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), rate.interval, burst,
-                               mode == "enforce"))
+        if limit.sliding:  # N units in any period; a key of its own type (a ZSET, or two counters)
+            code = ALGORITHMS[limit.algorithm]
+            specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name + KEY_SUFFIX[code], parts),
+                                   rate.interval, rate.count, mode == "enforce", code, rate.period * 1_000_000))
+        else:
+            specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), rate.interval, burst,
+                                   mode == "enforce"))
     counted = tuple(i for i, pl in enumerate(planned) if pl.mode == "enforce") or tuple(range(len(planned)))
     return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted)
 

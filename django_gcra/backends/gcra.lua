@@ -21,6 +21,7 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 
 local function us(x) return string.format('%.0f', x) end
+local unpack = unpack or table.unpack  -- Lua 5.1 (Redis); 5.2+ elsewhere (fakeredis)
 
 -- The sliding log: entries in the window are those after now - period.
 local function log_nth(key, since, k)  -- the k-th oldest entry's time in the window
