@@ -128,3 +128,28 @@ def test_mixed_script_matches_twin(clocked, limits, steps):
                 assert stored == (tuple(sorted(states[i])) or None)
             else:
                 assert stored == states[i]
+
+
+@settings(max_examples=150, deadline=None)
+@given(algorithm=st.sampled_from([GCRA, SLIDING_LOG, SLIDING_WINDOW]), a=st.integers(5_000_000, 60_000_000),
+       b=st.integers(1, 10), steps=st.lists(plain_step, min_size=1, max_size=30))
+def test_waiting_exactly_the_retry_after_is_enough(clocked, algorithm, a, b, steps):
+    """For each algorithm, on the script itself: a denied request retried after exactly its
+    retry-after is admitted, and one microsecond earlier it is not."""
+    client, script = clocked
+    client.flushall()
+    if algorithm == GCRA:
+        a //= b  # the interval: a rested key takes about the same time
+    now = 1_700_000_000_000_000 + 654_321
+    for gap, cost in steps:
+        now += gap
+        cost = max(1, min(cost, b))  # satisfiable
+        reply = script(keys=["w:{x}"], args=[cost, a, b, 2 * algorithm + 1, now // 1_000_000, now % 1_000_000])
+        if reply[0] == 1:
+            continue
+        retry = reply[2]
+        early = now + retry - 1
+        assert script(keys=["w:{x}"], args=[cost, a, b, 2 * algorithm + 1, early // 1_000_000,
+                                            early % 1_000_000])[0] == 0
+        now += retry
+        assert script(keys=["w:{x}"], args=[cost, a, b, 2 * algorithm + 1, now // 1_000_000, now % 1_000_000])[0] == 1
