@@ -28,8 +28,8 @@ def lim(name, rate, algorithm, **extra):
 POLICIES = {
     "log": {"limits": [lim("exports", "3/h", "sliding_log")]},
     "win": {"limits": [lim("calls", "3/h", "sliding_window")]},
-    # GCRA 1000/s burst 2 on the tenant, a log of 5 per hour on the tenant and user
-    "mixed": {"limits": [{"name": "g", "key": ["tenant"], "rate": "1000/s", "burst": 2},
+    # GCRA 10/s burst 2 on the tenant, a log of 5 per hour on the tenant and user
+    "mixed": {"limits": [{"name": "g", "key": ["tenant"], "rate": "10/s", "burst": 2},
                          {**lim("l", "5/h", "sliding_log"), "key": ["tenant", "user"]},
                          lim("w", "100/h", "sliding_window")]},
     "shadowed": {"limits": [lim("hard", "10/h", "sliding_log"), lim("trial", "1/h", "sliding_log", mode="shadow")]},
@@ -101,11 +101,11 @@ def test_mixed_all_or_nothing_both_ways(real_redis):
     denied = decide("mixed", {"tenant": "t", "user": "u"})
     assert not denied.allowed and denied.limit == "g"
     assert real_redis.zcard(log_key) == 2 and real_redis.get(win_key).endswith(b":2:0")
-    time.sleep(0.01)  # GCRA refills 10 units; the log still holds 2 of 5
+    time.sleep(0.25)  # GCRA refills its 2 units; the log still holds 2 of 5
     assert decide("mixed", {"tenant": "t", "user": "u"}, cost=2).allowed
     assert real_redis.zcard(log_key) == 4
     # Now the log denies (4 + 2 > 5): the GCRA TAT and the counter are left as they were.
-    time.sleep(0.01)
+    time.sleep(0.25)
     tat, window = real_redis.get(gcra_key), real_redis.get(win_key)
     log_denied = decide("mixed", {"tenant": "t", "user": "u"}, cost=2)
     assert not log_denied.allowed and log_denied.limit == "l" and 3590 < log_denied.retry_after <= 3600
@@ -113,12 +113,13 @@ def test_mixed_all_or_nothing_both_ways(real_redis):
 
 
 def test_the_binding_limit_is_the_one_with_the_longest_wait():
-    for _ in range(2):
-        assert decide("mixed", {"tenant": "x", "user": "y"}, cost=2).allowed
-        time.sleep(0.01)  # GCRA refills
-    decide("mixed", {"tenant": "x", "user": "y"}, cost=2)  # GCRA empty again; the log holds 4 of 5
-    both = decide("mixed", {"tenant": "x", "user": "y"}, cost=2)  # both deny: GCRA ms, the log an hour
+    assert decide("mixed", {"tenant": "x", "user": "y"}, cost=2).allowed
+    time.sleep(0.25)  # GCRA refills
+    assert decide("mixed", {"tenant": "x", "user": "y"}, cost=2).allowed  # GCRA empty; the log holds 4 of 5
+    both = decide("mixed", {"tenant": "x", "user": "y"}, cost=2)  # both deny: GCRA 200 ms, the log an hour
     assert not both.allowed and both.limit == "l" and both.retry_after > 3000
+    gcra_only = decide("mixed", {"tenant": "x", "user": "z"}, cost=2)  # a fresh user: only GCRA denies
+    assert not gcra_only.allowed and gcra_only.limit == "g" and gcra_only.retry_after <= 0.2
 
 
 def test_shadow_sliding_limit_reports_without_denying():

@@ -19,50 +19,58 @@ local cost = tonumber(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-
-local function us(x) return string.format('%.0f', x) end
-local unpack = unpack or table.unpack  -- Lua 5.1 (Redis); 5.2+ elsewhere (fakeredis)
-
--- The sliding log: entries in the window are those after now - period.
-local function log_nth(key, since, k)  -- the k-th oldest entry's time in the window
-  local e = redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
-  return tonumber(e[2])
-end
-
--- The weighted window (see sliding.py: _fits, _earliest, window_wait, window_remaining).
-local function fits(cur, prev, off, p, lim, need)
-  return cur + need <= lim and prev * (p - off) <= (lim - cur - need) * p
-end
-local function earliest(prev, room, p)
-  local x = p - math.floor(room * p / prev)
-  for _ = 1, 3 do
-    if prev * (p - x) <= room * p then break end
-    x = x + 1
-  end
-  return x
-end
-local function wwait(cur, prev, off, p, lim, need)
-  if fits(cur, prev, off, p, lim, need) then return 0 end
-  if cur + need <= lim then
-    local x = earliest(prev, lim - cur - need, p)
-    if x < p then return x - off end
-    return p - off
-  end
-  local y = math.max(0, earliest(cur, lim - need, p))
-  if y < p then return p - off + y end
-  return 2 * p - off
-end
-local function wleft(cur, prev, off, p, lim)
-  local r = lim - cur - math.ceil(prev * (p - off) / p)
-  while r > 0 and not fits(cur, prev, off, p, lim, r) do r = r - 1 end
-  return math.max(0, r)
-end
-local function wreset(cur, prev, off, p, lim, left)
-  if left >= lim then return 0 end
-  return wwait(cur, prev, off, p, lim, left + 1)
-end
-
 local n = #KEYS
+-- The sliding algorithms' helpers are built only for a call that has a sliding limit, so
+-- a GCRA-only call (the hot path) pays nothing for them.
+local sliding = false
+for i = 1, n do
+  local flag = ARGV[3 * i + 1]
+  if flag ~= '1' and flag ~= '0' then sliding = true break end
+end
+local us, unpk, log_nth, fits, earliest, wwait, wleft, wreset
+if sliding then
+  us = function(x) return string.format('%.0f', x) end
+  unpk = unpack or table.unpack  -- Lua 5.1 (Redis); 5.2+ elsewhere (fakeredis)
+
+  -- The sliding log: entries in the window are those after now - period.
+  log_nth = function(key, since, k)  -- the k-th oldest entry's time in the window
+    local e = redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
+    return tonumber(e[2])
+  end
+
+  -- The weighted window (see sliding.py: _fits, _earliest, window_wait, window_remaining).
+  fits = function(cur, prev, off, p, lim, need)
+    return cur + need <= lim and prev * (p - off) <= (lim - cur - need) * p
+  end
+  earliest = function(prev, room, p)
+    local x = p - math.floor(room * p / prev)
+    for _ = 1, 3 do
+      if prev * (p - x) <= room * p then break end
+      x = x + 1
+    end
+    return x
+  end
+  wwait = function(cur, prev, off, p, lim, need)
+    if fits(cur, prev, off, p, lim, need) then return 0 end
+    if cur + need <= lim then
+      local x = earliest(prev, lim - cur - need, p)
+      if x < p then return x - off end
+      return p - off
+    end
+    local y = math.max(0, earliest(cur, lim - need, p))
+    if y < p then return p - off + y end
+    return 2 * p - off
+  end
+  wleft = function(cur, prev, off, p, lim)
+    local r = lim - cur - math.ceil(prev * (p - off) / p)
+    while r > 0 and not fits(cur, prev, off, p, lim, r) do r = r - 1 end
+    return math.max(0, r)
+  end
+  wreset = function(cur, prev, off, p, lim, left)
+    if left >= lim then return 0 end
+    return wwait(cur, prev, off, p, lim, left + 1)
+  end
+end
 local least = tonumber(ARGV[3 * n + 2])
 if least then
   for i = 1, n do
@@ -77,7 +85,7 @@ if least then
   end
   if cost < least then cost = least end
 end
-local tats, new_tats, slide = {}, {}, {}
+local tats, new_tats, slide = {}, {}, sliding and {}
 local enforced, would = 1, 1
 local e_retry, e_bind, s_retry, s_bind = -1, 0, -1, 0
 
@@ -152,7 +160,7 @@ end
 local result = {enforced, would, 0, 0, now}
 for i = 1, n do
   local flag = ARGV[3 * i + 1]
-  local st = slide[i]
+  local st = sliding and slide[i]
   if not st then
     local stored = tats[i]
     if enforced == 1 and new_tats[i] and (would == 1 or flag == '1') then
@@ -182,7 +190,7 @@ for i = 1, n do
             args[#args + 1] = now
             args[#args + 1] = us(now) .. ':' .. (count + k) .. (salt > 0 and ':' .. salt or '')
           end
-          j = from + redis.call('ZADD', key, unpack(args))
+          j = from + redis.call('ZADD', key, unpk(args))
           if j == from + #args / 2 then salt = 0 else salt = salt + 1 end
         end
         redis.call('PEXPIRE', key, math.ceil(p / 1000) + 1)
