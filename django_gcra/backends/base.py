@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 
@@ -74,6 +74,11 @@ class Backend(ABC):
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         """The stored TATs (us) of ``keys``, for inspection; None where a key is absent."""
+        raise NotImplementedError
+
+    def read_states(self, specs: Sequence[LimitSpec]) -> list[Any]:
+        """What each limit's key stores, in the twins' terms (``algorithm.composite``): a GCRA
+        TAT, the log's entry times, or a weighted window's (start, cur, prev); None where absent."""
         raise NotImplementedError
 
 

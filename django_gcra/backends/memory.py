@@ -62,6 +62,11 @@ class MemoryBackend(Backend):
             states = [self._get(key, now) for key in keys]
         return [state if isinstance(state, int) else None for state in states]
 
+    def read_states(self, specs: Sequence[LimitSpec]) -> list[Any]:
+        with self._lock:
+            now = self.clock()
+            return [self._get(spec.key, now) for spec in specs]
+
     def _get(self, key: str, now: int) -> Any:
         found = self._tats.get(key)
         if found is None:

@@ -20,7 +20,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ..algorithm import ALLOWED
+from ..algorithm import ALLOWED, GCRA, SLIDING_LOG
 from .base import Backend, BackendError, LimitSpec, Outcome
 from .breaker import CircuitBreaker
 from .direct import evalsha
@@ -164,4 +164,25 @@ class RedisBackend(Backend):
             values = self.get_client().mget(keys)
         except _STORE_ERRORS as exc:
             raise BackendError(f"{type(exc).__name__}: {exc}") from exc
-        return [None if v is None else int(v) for v in values]
+        return [None if v is None or not v.isdigit() else int(v) for v in values]
+
+    def read_states(self, specs: Sequence[LimitSpec]) -> list[Any]:
+        try:
+            client = self.get_client()
+            states: list[Any] = []
+            for spec in specs:  # one key at a time: a cluster may serve them from one slot only
+                if spec.algorithm == SLIDING_LOG:
+                    entries = client.zrange(spec.key, 0, -1, withscores=True)
+                    states.append(tuple(sorted(int(score) for _, score in entries)) or None)
+                    continue
+                value = client.get(spec.key)
+                if value is None:
+                    states.append(None)
+                elif spec.algorithm == GCRA:
+                    states.append(int(value))
+                else:
+                    start, cur, prev = (int(part) for part in value.split(b":"))
+                    states.append((start, cur, prev))
+        except _STORE_ERRORS as exc:
+            raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+        return states
