@@ -17,6 +17,7 @@ from django.utils.module_loading import import_string
 
 from .codes import Codes, Problem
 from .conf import get_settings, problems
+from .drf_checks import drf_problems
 
 __all__ = ["check_overrides", "check_settings"]
 
@@ -33,7 +34,7 @@ def _message(problem: Problem) -> checks.CheckMessage:
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     found = list(problems())
     if not any(p.is_error for p in found):
-        found += _callables() + _routed_views() + _middleware()
+        found += _callables() + _routed_views() + _middleware() + drf_problems()
     return [_message(p) for p in found]
 
 

@@ -65,6 +65,15 @@ class Codes:
     LEASE_LOW_RATE = "django_gcra.W050"
     LEASE_SHADOW = "django_gcra.W051"
 
+    DRF_RATES_NOT_A_DICT = "django_gcra.E060"
+    DRF_BAD_RATE = "django_gcra.E061"
+    DRF_BAD_CLASS_PATH = "django_gcra.E062"
+    DRF_THROTTLE_UNMADE = "django_gcra.E063"
+    DRF_FIRST_LETTER_PERIOD = "django_gcra.W060"
+    DRF_PROXIES_DISAGREE = "django_gcra.W061"
+    DRF_UNHONOURED_OVERRIDE = "django_gcra.W062"
+    DRF_ZERO_RATE = "django_gcra.W063"
+
 
 @dataclass(frozen=True)
 class Problem:

@@ -10,6 +10,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from django.http import HttpRequest
+
 from .algorithm import ALLOWED
 from .backends import BackendError, Outcome
 from .decision import Decision, LimitState
@@ -25,7 +27,8 @@ __all__ = ["adecide", "backend_for", "decide", "get_policy", "plan"]
 UNAVAILABLE_RETRY_AFTER = 1.0  # seconds a client is asked to wait when failing closed
 
 
-def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, *, request: Any = None) -> Decision:
+def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, *,
+           request: HttpRequest | None = None) -> Decision:
     """Decide whether ``cost`` units may pass ``policy`` for these descriptors.
 
     ``descriptors`` maps each descriptor the policy's limits use to a value; None
@@ -43,7 +46,7 @@ def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, 
 
 
 async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, *,
-                  request: Any = None) -> Decision:
+                  request: HttpRequest | None = None) -> Decision:
     """``decide()`` for async code: never blocks the event loop on the store."""
     p = plan(policy, descriptors, cost)
     if not p.specs:
@@ -55,7 +58,8 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
     return _finish(p, outcome, request)
 
 
-def _finish(p: Plan, outcome: Outcome | object | None, request: Any, fallback: bool = False) -> Decision:
+def _finish(p: Plan, outcome: Outcome | object | None, request: HttpRequest | None,
+            fallback: bool = False) -> Decision:
     decision = _to_decision(p, outcome, fallback)
     for observer in observers:
         observer(sender=p.policy.name, decision=decision, request=request)

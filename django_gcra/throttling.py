@@ -1,32 +1,50 @@
-"""DRF throttle classes backed by ``decide()``: the only module that imports DRF.
+"""DRF throttle classes backed by ``decide()``: the only module that imports DRF at import time.
 
-Drop-in replacements for DRF's throttles that read ``DEFAULT_THROTTLE_RATES`` live
-(DRF's read them once, at class definition) and accept every rate of
-``django_gcra.rates`` (``"10/5m"`` too). A rate of N per period admits a burst of N
-(``burst`` on the class changes it), then one request every period/N: a smooth
-refill instead of DRF's rolling window. ``wait()`` is the exact retry-after.
+``GCRAAnonRateThrottle``, ``GCRAUserRateThrottle``, ``GCRAScopedRateThrottle`` and
+``GCRARateThrottle`` are DRF's four classes with the decision moved into one Redis
+script call: what a DRF subclass overrides keeps working (``scope``, ``rate``,
+``THROTTLE_RATES``, ``get_cache_key``, ``cache_format``, ``get_ident``, ``parse_rate``,
+``num_requests``, ``duration``, ``wait``, ``throttle_success``/``throttle_failure``).
+The string ``get_cache_key`` returns is the bucket's identity (None: not throttled),
+together with the rate, so two throttles with one scope and different rates never share
+a bucket. A rate of N per period admits a burst of N (``burst`` on the class changes it),
+then one request every period/N: a smooth refill instead of DRF's rolling window.
+``wait()`` is the exact retry-after. Time is Redis's: ``timer`` and ``cache`` overrides
+cannot be honoured, and a subclass defining them gets a ``ThrottleOverrideWarning``.
 
 Quota headers: ``allow_request`` puts them in the view's ``headers``, which DRF's
-``finalize_response`` copies onto every response, the 429 included. DRF builds the
-429 itself (from ``wait()``); a cost above the burst raises ``Throttled`` without a
-wait, and a ``closed`` policy whose store is unreachable raises a 503.
+``finalize_response`` copies onto every response, the 429 included. With several GCRA
+throttles on a view they name the binding limit (on a denial the longest wait, which
+is DRF's ``Retry-After``; otherwise the least remaining) and ``RateLimit-Policy`` lists
+the limits of every throttle evaluated. A cost above the burst raises ``Throttled``
+without a wait, and a ``closed`` policy whose store is unreachable raises a 503.
 """
 
 from __future__ import annotations
 
-import functools
+import warnings
+import weakref
+from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework import exceptions
 from rest_framework.settings import api_settings
-from rest_framework.throttling import BaseThrottle
+from rest_framework.throttling import (
+    AnonRateThrottle,
+    BaseThrottle,
+    ScopedRateThrottle,
+    SimpleRateThrottle,
+    UserRateThrottle,
+)
 
 from .decision import Decision
-from .http import denial_message, denial_status, quota_headers
-from .identity import descriptor_names, descriptors_for
+from .drf_support import combined_headers, parse_drf_rate, scope_name, throttle_policy
+from .http import denial_message, denial_status, retry_after_header
+from .identity import client_ip, descriptor_names, descriptors_for, normalise_ip
 from .limiter import decide, get_policy
-from .policy import Policy, Problem, parse_policy
+from .policy import Policy
 
 __all__ = [
     "GCRAAnonRateThrottle",
@@ -36,7 +54,17 @@ __all__ = [
     "GCRAUserRateThrottle",
     "PolicyThrottle",
     "RateLimitUnavailable",
+    "ThrottleOverrideWarning",
+    "combined_headers",
+    "parse_drf_rate",
+    "scope_name",
 ]
+
+UNHONOURED = ("timer", "cache")  # time and state are Redis's
+
+
+class ThrottleOverrideWarning(RuntimeWarning):
+    """A throttle subclass overrides something django_gcra cannot honour (``timer``, ``cache``)."""
 
 
 class RateLimitUnavailable(exceptions.APIException):
@@ -47,10 +75,6 @@ class RateLimitUnavailable(exceptions.APIException):
     def __init__(self, wait: int) -> None:
         super().__init__()
         self.wait = wait  # DRF's exception handler turns it into Retry-After
-
-
-def _restrictiveness(decision: Decision) -> tuple[bool, int]:
-    return (decision.allowed, decision.remaining)
 
 
 class GCRAThrottle(BaseThrottle):
@@ -69,27 +93,39 @@ class GCRAThrottle(BaseThrottle):
         found = self.get_policy(request, view)
         if found is None:
             return True
-        policy, descriptors = found
+        return self._decide(request, view, *found)
+
+    def _decide(self, request: Any, view: Any, policy: Policy | str, descriptors: Mapping[str, Any]) -> bool:
         self.decision = decision = decide(policy, descriptors, self.get_cost(request, view), request=request)
         self._publish(view, decision)
-        if decision.allowed:
-            return True
         if denial_status(decision) == 503:
-            raise RateLimitUnavailable(int(quota_headers(decision)["Retry-After"]))
+            raise RateLimitUnavailable(int(retry_after_header(decision.retry_after)))
+        if decision.allowed:
+            return self.throttle_success()
+        result = self.throttle_failure()
         if decision.impossible:
             raise exceptions.Throttled(detail=denial_message(decision))
+        return result
+
+    def throttle_success(self) -> bool:
+        return True
+
+    def throttle_failure(self) -> bool:
         return False
 
-    def _publish(self, view: Any, decision: Decision) -> None:
-        """Hand the quota headers to DRF's finalize_response (the most restrictive throttle wins)."""
-        current = getattr(view, "_gcra_decision", None)
-        if current is not None and _restrictiveness(current) <= _restrictiveness(decision):
-            return
+    @staticmethod
+    def _publish(view: Any, decision: Decision) -> None:
+        """Hand the quota headers of every GCRA throttle so far to DRF's finalize_response."""
         headers = getattr(view, "headers", None)
-        if not isinstance(headers, dict):
+        if not isinstance(headers, dict) or not hasattr(view, "__dict__"):
             return
-        view._gcra_decision = decision
-        headers.update({k: v for k, v in quota_headers(decision).items() if k != "Retry-After"})
+        decisions = view.__dict__.setdefault("_gcra_decisions", [])
+        decisions.append(decision)
+        for name in view.__dict__.get("_gcra_published", ()):
+            headers.pop(name, None)
+        combined = combined_headers(decisions)
+        headers.update(combined)
+        view._gcra_published = tuple(combined)
 
     def wait(self) -> float | None:
         """Seconds until this request would be admitted: exact; None if it never will."""
@@ -98,85 +134,139 @@ class GCRAThrottle(BaseThrottle):
         return self.decision.retry_after
 
 
-@functools.lru_cache(maxsize=256)
-def _rate_policy(name: str, rate: str, burst: int | None, keys: tuple[tuple[str, str], ...]) -> Policy:
-    problems: list[Problem] = []
-    limits = [{"name": limit, "key": [key], "rate": rate, "burst": burst} for key, limit in keys]
-    policy = parse_policy(name, {"limits": limits}, {}, problems)
-    errors = [p for p in problems if p.is_error]
-    if policy is None or errors:
-        raise ImproperlyConfigured(f"{name}: {errors[0].msg if errors else 'invalid rate'}")
-    return policy
+def _trusted_proxies_set() -> bool:
+    value = getattr(settings, "DJANGO_GCRA", {})
+    return isinstance(value, Mapping) and "TRUSTED_PROXIES" in value
 
 
-class GCRARateThrottle(GCRAThrottle):
-    """DRF's SimpleRateThrottle, on GCRA: ``scope`` names a rate in DEFAULT_THROTTLE_RATES
-    (or set ``rate``); authenticated users are keyed by pk, anonymous ones by IP."""
+_warned: weakref.WeakSet[type] = weakref.WeakSet()
 
-    scope: str | None = None
-    rate: str | None = None
+
+def _warn_unhonoured(cls: type, name: str, stacklevel: int) -> None:
+    _warned.add(cls)
+    warnings.warn(f"{cls.__module__}.{cls.__qualname__} overrides {name!r}, which django_gcra cannot honour: time "
+                  "and throttle state come from Redis (one script call per decision).", ThrottleOverrideWarning,
+                  stacklevel=stacklevel)
+
+
+class _LiveRates:
+    """DRF's ``DEFAULT_THROTTLE_RATES`` at each access (DRF's copy them once, at import,
+    so ``override_settings`` never reaches them). A subclass's own ``THROTTLE_RATES`` wins."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        return api_settings.DEFAULT_THROTTLE_RATES
+
+
+class GCRARateThrottle(GCRAThrottle, SimpleRateThrottle):
+    """DRF's ``SimpleRateThrottle`` on GCRA: subclasses override ``get_cache_key`` as in
+    DRF; ``scope`` names a rate in ``THROTTLE_RATES`` (``DEFAULT_THROTTLE_RATES``, read
+    live), or set ``rate``; ``burst`` (default: the rate's count) is django_gcra's own."""
+
+    THROTTLE_RATES: Any = _LiveRates()
     burst: int | None = None
-    # (descriptor, limit name) pairs; the descriptor missing for a request skips its limit
-    limit_names: tuple[tuple[str, str], ...] = (("user", "{scope}"), ("ip", "{scope}-ip"))
+    _never = False  # a rate of 0 admits nothing, and no wait helps
 
-    def get_rate(self) -> str | None:
-        if self.rate is not None:
-            return self.rate
-        if not getattr(self, "scope", None):
-            raise ImproperlyConfigured(f"{type(self).__name__} needs a 'rate' or a 'scope'.")
-        rates = api_settings.DEFAULT_THROTTLE_RATES  # read live: override_settings applies
-        if self.scope not in rates:
-            raise ImproperlyConfigured(f"No default throttle rate set for {self.scope!r} scope")
-        return rates[self.scope]  # type: ignore[no-any-return]
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in UNHONOURED:
+            if name in cls.__dict__:
+                _warn_unhonoured(cls, name, stacklevel=3)
 
-    def get_descriptors(self, request: Any, view: Any) -> dict[str, Any] | None:
-        """``{"user": pk}`` or ``{"ip": address}``; None skips throttling."""
-        user = getattr(request, "user", None)
-        if user is not None and user.is_authenticated:
-            return {"user": str(user.pk), "ip": None}
-        return {"user": None, **descriptors_for(request, ["ip"])}
+    def parse_rate(self, rate: Any) -> tuple[int | None, int | None]:
+        return parse_drf_rate(rate)
+
+    def get_ident(self, request: Any) -> Any:
+        """The client's address: by ``DJANGO_GCRA['TRUSTED_PROXIES']`` when that is set, else
+        by DRF's ``NUM_PROXIES`` rule; with ``NUM_PROXIES`` unset, ``REMOTE_ADDR`` (DRF would
+        use the whole, client-forgeable X-Forwarded-For). IPv6 addresses are grouped by
+        ``IPV6_PREFIX`` (default /64), so a client cannot dodge the limit within its network."""
+        if _trusted_proxies_set():
+            return client_ip(request)
+        hops = api_settings.NUM_PROXIES
+        xff = request.META.get("HTTP_X_FORWARDED_FOR")
+        address = request.META.get("REMOTE_ADDR")
+        if hops and xff is not None:
+            entries = xff.split(",")
+            address = entries[-min(hops, len(entries))]
+        return normalise_ip(address) if address else address
+
+    def limit_name(self) -> str:
+        """The limit's name in headers, the audit trail and metrics: the scope (or the class name)."""
+        return scope_name(str(self.scope) if getattr(self, "scope", None) else type(self).__name__)
+
+    def gcra_policy(self) -> Policy | None:
+        """The one-limit policy of ``num_requests`` per ``duration`` (None for a rate of 0);
+        ``ImproperlyConfigured`` when they are not whole numbers GCRA can run."""
+        values = []
+        for label in ("num_requests", "duration"):
+            value = getattr(self, label, None)
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ImproperlyConfigured(f"{type(self).__name__}.{label} is {value!r}: give a whole number.")
+            values.append(value)
+        num, duration = values
+        return None if num == 0 else throttle_policy(self.limit_name(), num, duration, self.burst)
 
     def get_policy(self, request: Any, view: Any) -> tuple[Policy | str, dict[str, Any]] | None:
-        rate = self.get_rate()
-        if rate is None:
+        self.key = self.get_cache_key(request, view)
+        if self.key is None:
             return None
-        descriptors = self.get_descriptors(request, view)
-        if descriptors is None:
+        policy = self.gcra_policy()
+        if policy is None:
             return None
-        scope = self.scope or "rate"
-        keys = tuple((key, limit.format(scope=scope)) for key, limit in self.limit_names)
-        policy = _rate_policy(f"drf.{scope}", rate, self.burst, keys)
-        return policy, descriptors
+        limit = policy.limits[0]  # the rate and burst are part of the bucket's identity
+        return policy, {"cache_key": str(self.key), "rate": f"{limit.rates[None]}/{limit.burst}"}
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        if self.rate is None:
+            return True
+        cls = type(self)
+        if cls.timer is not SimpleRateThrottle.timer and cls not in _warned:  # set after the class was made
+            _warn_unhonoured(cls, "timer", stacklevel=4)
+        self.decision, self._never = None, False
+        found = self.get_policy(request, view)
+        if found is None:
+            if self.key is None:
+                return True
+            self._never = True  # "0/m": DRF refuses every request too
+            return self.throttle_failure()
+        return self._decide(request, view, *found)
+
+    def wait(self) -> float | None:
+        """Exact after a decision; before any (or when DRF's ``history`` is set by hand), DRF's estimate."""
+        if self._never:
+            return None
+        if self.decision is None:
+            return SimpleRateThrottle.wait(self)  # type: ignore[no-any-return]
+        return GCRAThrottle.wait(self)
 
 
-class GCRAAnonRateThrottle(GCRARateThrottle):
-    """Anonymous requests only, by IP (scope ``anon``)."""
+class GCRAAnonRateThrottle(GCRARateThrottle, AnonRateThrottle):
+    """DRF's ``AnonRateThrottle``: anonymous requests only, by ``get_ident`` (scope ``anon``)."""
 
     scope = "anon"
-    limit_names = (("ip", "{scope}"),)
-
-    def get_descriptors(self, request: Any, view: Any) -> dict[str, Any] | None:
-        user = getattr(request, "user", None)
-        if user is not None and user.is_authenticated:
-            return None
-        return descriptors_for(request, ["ip"])
 
 
-class GCRAUserRateThrottle(GCRARateThrottle):
-    """Users by pk, anonymous requests by IP (scope ``user``)."""
+class GCRAUserRateThrottle(GCRARateThrottle, UserRateThrottle):
+    """DRF's ``UserRateThrottle``: users by pk, anonymous requests by ``get_ident`` (scope ``user``)."""
 
     scope = "user"
 
 
-class GCRAScopedRateThrottle(GCRARateThrottle):
-    """The rate of the view's ``throttle_scope``; views without one are not throttled."""
+class GCRAScopedRateThrottle(GCRARateThrottle, ScopedRateThrottle):
+    """DRF's ``ScopedRateThrottle``: the rate of the view's ``throttle_scope``; views without
+    one are not throttled."""
 
-    scope_attr = "throttle_scope"
+    def __init__(self) -> None:
+        pass  # the rate is known only once the view is, as in DRF
 
     def allow_request(self, request: Any, view: Any) -> bool:
         self.scope = getattr(view, self.scope_attr, None)
         if not self.scope:
             return True
+        self.rate = self.get_rate()
+        self.num_requests, self.duration = self.parse_rate(self.rate)
         return super().allow_request(request, view)
 
 

@@ -153,8 +153,10 @@ def test_surface_problems(gcra_settings, settings, values, expected):
 
 
 @pytest.mark.urls("tests.surfaces_urls")
-def test_routed_views_naming_unknown_policies(gcra_settings):
+def test_routed_views_naming_unknown_policies(gcra_settings, settings):
     # surfaces_urls has @ratelimit(policy="login") and DRF views with ratelimit_policy = "api"
+    # ... and DRF throttles whose scopes need rates (else django_gcra.E063)
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"anon": "2/m", "user": "3/m", "uploads": "2/5m"}}
     assert surface_ids(gcra_settings) == ["django_gcra.E026"]
     assert surface_ids(gcra_settings, POLICIES={**SURFACE_POLICIES, "api": SURFACE_POLICIES["login"], "shadowed": SURFACE_POLICIES["login"]}) == []
 

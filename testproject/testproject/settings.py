@@ -50,7 +50,10 @@ else:
     CACHES = {"default": {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": "redis://embedded:6379/0",
-        "OPTIONS": {"CONNECTION_POOL_KWARGS": {"connection_class": fakeredis.FakeRedisConnection}},
+        # One FakeServer for every connection: fakeredis creates a server per (host, port) on first
+        # use without a lock, so two threads connecting at once could get two servers.
+        "OPTIONS": {"CONNECTION_POOL_KWARGS": {"connection_class": fakeredis.FakeRedisConnection,
+                                               "server": fakeredis.FakeServer()}},
     }}
 
 DJANGO_GCRA = {
