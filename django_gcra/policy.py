@@ -218,7 +218,8 @@ def _sliding_problems(where: str, algorithm: str, burst: Any, rates: dict[str | 
     """E017/E018 for a sliding limit; True when there are none."""
     ok = True
     if burst is not None:
-        problems.append(Problem(Codes.SLIDING_BURST, f"{where} is a {algorithm} limit with a burst.",
+        problems.append(Problem(Codes.SLIDING_BURST,
+                                f"{where} is a {algorithm} limit with a burst; a sliding limit takes no burst.",
                                 "A sliding limit admits N units in any rolling period of its rate (N/period) "
                                 "and has no burst: remove 'burst', or use algorithm 'gcra'."))
         ok = False
