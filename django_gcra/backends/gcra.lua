@@ -129,9 +129,10 @@ for i = 1, n do
       local start = now - math.fmod(now, p)
       local s, cur, prev, off = start, 0, 0, now - start
       local raw = redis.call('GET', KEYS[i])
-      if raw then
-        local ss, cc, pp = string.match(raw, '^(%d+):(%d+):(%d+)$')
-        ss = tonumber(ss)
+      local ss, cc, pp
+      if raw then ss, cc, pp = string.match(raw, '^(%d+):(%d+):(%d+)$') end
+      ss = tonumber(ss)
+      if ss then  -- (a value the script did not write counts as a fresh key)
         if ss >= start then
           s, cur, prev, off = ss, tonumber(cc), tonumber(pp), math.max(0, now - ss)
         elseif ss >= start - p then
