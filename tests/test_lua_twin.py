@@ -97,22 +97,27 @@ plain_step = st.tuples(st.integers(0, 3_000_000), st.integers(0, 25))
 
 
 @settings(max_examples=200, deadline=None)
-@given(limits=st.lists(mixed_limit, min_size=1, max_size=3), steps=st.lists(plain_step, min_size=1, max_size=40))
+@given(limits=st.lists(mixed_limit, min_size=1, max_size=3), steps=st.lists(step, min_size=1, max_size=40))
 def test_mixed_script_matches_twin(clocked, limits, steps):
     """GCRA, the sliding log and the weighted window, in any mix: the same decisions,
-    retry-afters, remaining, resets and stored state as ``algorithm.composite``."""
+    retry-afters, remaining, resets and stored state as ``algorithm.composite`` (takes
+    included, though a check keeps leases off sliding limits)."""
     client, script = clocked
     client.flushall()
     keys = [f"m:{{x}}:{i}" for i in range(len(limits))]
     states: list = [None] * len(limits)
     now = 1_700_000_000_000_000 + 123_457
-    for gap, cost in steps:
+    for gap, cost, least in steps:  # least: a take, as many units as the GCRA limits have free
         now += gap
         args = [cost]
         for algorithm, a, b, enforce in limits:
             args += [a, b, 2 * algorithm + int(enforce)]
+        if least is not None:
+            args.append(least)
         reply = script(keys=keys, args=[*args, now // 1_000_000, now % 1_000_000])
-        twin = composite(states, now, limits, cost)
+        twin = composite(states, now, limits, cost, least)
+        if least is not None:
+            assert reply.pop() == twin.cost
         enforced, would, retry, binding, lua_now = reply[:5]
         assert (enforced, would, lua_now) == (twin.enforced, twin.would, now)
         assert (None if retry < 0 else retry) == twin.retry_after
