@@ -4,6 +4,11 @@ Which client (the limiter's own, with ``TIMEOUT``/``CONNECT_TIMEOUT``), which ci
 breaker (one per endpoint; on Redis Cluster one per primary), and which lease wrapper
 (``leases``). The backends below take plain clients and numbers; everything here is
 rebuilt when the settings change.
+
+The asyncio client of each event loop sets its connections up outside the decisions'
+deadlines, within ``max(CONNECT_TIMEOUT, ASYNC_SETUP_MIN)``, and a failed set-up counts
+once against the endpoint's breaker (``_setup_failed``; ``backends/clients.py``, "Cold
+start", and docs/operations.md).
 """
 
 from __future__ import annotations
@@ -37,9 +42,16 @@ _backends: dict[str, RedisBackend] = {}
 _endpoints: dict[str, str] = {}
 
 
+# Setting up an asyncio connection is bounded by CONNECT_TIMEOUT, but never by less than
+# this (counted by a FairTimer: time the event loop spends on other work is not charged):
+# it happens outside the decisions' deadlines and once per connection, and may need a few
+# network round trips (TCP, TLS, AUTH, SELECT, a Sentinel lookup).
+ASYNC_SETUP_MIN = 0.1  # seconds
+
+
 def _timeouts() -> Timeouts:
     s = get_settings()
-    return Timeouts(s.timeout, s.connect_timeout)
+    return Timeouts(s.timeout, s.connect_timeout, max(s.connect_timeout, ASYNC_SETUP_MIN))
 
 
 def _cache_client(alias: str) -> Any:
@@ -67,8 +79,15 @@ def limiter_async_client(alias: str) -> Any | None:
     """A native asyncio client for ``alias``, one per event loop; None: use a thread."""
     per_loop = _async.setdefault(asyncio.get_running_loop(), {})
     if alias not in per_loop:
-        per_loop[alias] = build_async_client(_cache_client(alias), _timeouts())
+        per_loop[alias] = build_async_client(_cache_client(alias), _timeouts(),
+                                             functools.partial(_setup_failed, alias))
     return per_loop[alias]
+
+
+def _setup_failed(alias: str, exc: BaseException) -> None:
+    """A failed connection set-up of the asyncio pool counts once against the alias's
+    breaker, however many decisions were waiting for it (they are not counted again)."""
+    _breaker_of(alias, "").failure(exc)
 
 
 def _endpoint(alias: str) -> str:

@@ -1,6 +1,11 @@
 """The Redis backend: the composite GCRA script, run by EVALSHA on the limiter's own clients
 (``clients.py``: the servers of a django-redis cache alias, with tight timeouts), each
-call through the circuit breaker of the endpoint that serves its keys."""
+call through the circuit breaker of the endpoint that serves its keys.
+
+On the asyncio path a decision's deadline is its command's round trip (``TIMEOUT``):
+connections are set up by the pool outside it, and a failed set-up is counted against
+the breaker once by the pool, not once per waiting decision (``ConnectionSetUpFailed``
+is not counted here)."""
 
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ from redis.exceptions import (
 
 from ..algorithm import ALLOWED, GCRA, SLIDING_LOG
 from .base import Backend, BackendError, LimitSpec, Outcome
-from .breaker import CircuitBreaker
+from .breaker import CLOSED, CircuitBreaker
+from .clients import ConnectionSetUpFailed
 from .direct import evalsha
 
 # Errors that say the endpoint is unhealthy (and count towards its circuit breaker);
@@ -32,6 +38,8 @@ _ENDPOINT_RESPONSE_ERRORS = (ReadOnlyError, ClusterDownError, TryAgainError, Mas
 
 
 def _counts_against_endpoint(exc: BaseException) -> bool:
+    if isinstance(exc, ConnectionSetUpFailed):  # the pool reported the failed set-up once already
+        return False
     return not isinstance(exc, ResponseError) or isinstance(exc, _ENDPOINT_RESPONSE_ERRORS)
 
 SCRIPT = files(__package__).joinpath("gcra.lua").read_text(encoding="utf-8")
@@ -154,7 +162,12 @@ class RedisBackend(Backend):
         try:
             reply = await arun_script(client, keys, script_args(specs, cost, least))
         except _STORE_ERRORS as exc:
-            raise self._failed(breaker, exc) from exc
+            failed = self._failed(breaker, exc)
+            if breaker is not None and breaker.state != CLOSED:  # decisions queued for a connection: now
+                abandon = getattr(getattr(client, "connection_pool", None), "abandon_waiters", None)
+                if abandon is not None:
+                    abandon(f"circuit open for {breaker.endpoint}")
+            raise failed from exc
         if breaker is not None:
             breaker.success()
         return parse_reply(reply, least is not None)
