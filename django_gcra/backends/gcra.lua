@@ -20,24 +20,30 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local n = #KEYS
--- The sliding algorithms' helpers are built only for a call that has a sliding limit, so
--- a GCRA-only call (the hot path) pays nothing for them.
-local sliding = false
+-- The sliding algorithms' helpers are built only for a call that has such a limit, so a
+-- GCRA-only call (the hot path) pays nothing for them, and a log-only call nothing for
+-- the weighted window's.
+local has_log, has_win = false, false
 for i = 1, n do
   local flag = ARGV[3 * i + 1]
-  if flag ~= '1' and flag ~= '0' then sliding = true break end
+  if flag ~= '1' and flag ~= '0' then
+    if flag == '3' or flag == '2' then has_log = true else has_win = true end
+  end
 end
+local sliding = has_log or has_win
 local us, unpk, log_nth, fits, earliest, wwait, wleft, wreset
 if sliding then
   us = function(x) return string.format('%.0f', x) end
+end
+if has_log then
   unpk = unpack or table.unpack  -- Lua 5.1 (Redis); 5.2+ elsewhere (fakeredis)
-
   -- The sliding log: entries in the window are those after now - period.
   log_nth = function(key, since, k)  -- the k-th oldest entry's time in the window
     local e = redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
     return tonumber(e[2])
   end
-
+end
+if has_win then
   -- The weighted window (see sliding.py: _fits, _earliest, window_wait, window_remaining).
   fits = function(cur, prev, off, p, lim, need)
     return cur + need <= lim and prev * (p - off) <= (lim - cur - need) * p
