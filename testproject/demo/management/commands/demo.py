@@ -1,7 +1,22 @@
 """Print a short trace of requests to each demo endpoint: allowed, then limited."""
 
+import json
+
 from django.core.management.base import BaseCommand
 from django.test import Client
+
+
+def shadow_note(response):
+    """What the shadow-mode endpoint says: the request proceeded, and what enforcing would have done."""
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return ""
+    if "would_have_been_denied" not in body:
+        return ""
+    if body["would_have_been_denied"]:
+        return f"  shadow: would have been denied (retry after {body['would_retry_after']:.1f} s); served anyway"
+    return f"  shadow: within the limit (remaining {body['remaining']})"
 
 
 class Command(BaseCommand):
@@ -19,4 +34,4 @@ class Command(BaseCommand):
                 response = client.get(url)
                 quota = {k: v for k, v in response.headers.items() if "ratelimit" in k.lower() or k == "Retry-After"}
                 style = self.style.SUCCESS if response.status_code < 400 else self.style.WARNING
-                self.stdout.write(style(f"  #{n}: {response.status_code}  {quota}"))
+                self.stdout.write(style(f"  #{n}: {response.status_code}  {quota or ''}{shadow_note(response)}"))
