@@ -26,6 +26,7 @@ def main() -> None:
     parser.add_argument("--url-file", type=Path, default=DEFAULT_URL_FILE)
     args = parser.parse_args()
     server = TcpFakeServer(("127.0.0.1", args.port), server_type="redis")
+    server.daemon_threads, server.block_on_close = True, False  # exit with clients still connected
     url = f"redis://127.0.0.1:{server.server_address[1]}/0"
     args.url_file.write_text(url + "\n")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
