@@ -68,6 +68,7 @@ def plane(real_redis, gcra_settings, settings, monkeypatch, django_user_model):
     from django_gcra import audit, tally
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.TIME_ZONE = "UTC"  # what the screenshots in the docs show
     gcra_settings(**GCRA)
     audit.recorder.buffer.clear()
     AuditEvent.objects.all().delete()  # what other tests' flushes may have left outside their transactions

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from importlib import import_module
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -30,6 +31,8 @@ class Command(BaseCommand):
                 burst = limit.burst if limit.burst is not None else "= rate count"
                 self.stdout.write(f"  - {limit.name} [{policy.mode_of(limit)}] key {'+'.join(limit.key)}: {rates}, "
                                   f"burst {burst}")
+        self._inline()
+        self._drf_scopes()
         self._overrides()
         self.stdout.write(self.style.MIGRATE_HEADING("Audit"))
         audit = config.audit
@@ -51,6 +54,35 @@ class Command(BaseCommand):
         self.stdout.write(f"  reachable: PING in {took:.1f} ms")
         self.stdout.write(f"  script {SCRIPT_SHA[:12]}: {'loaded' if loaded else 'not loaded (loads on first use)'}")
         self.stdout.write(f"  override version stamp: {version.decode() if version else 'unset'}")
+
+    def _inline(self) -> None:
+        """The inline ``@ratelimit`` limits of the views the URLconf imports."""
+        from django.conf import settings
+
+        from django_gcra.decorators import inline_limits
+
+        self.stdout.write(self.style.MIGRATE_HEADING("Inline @ratelimit limits (views imported by ROOT_URLCONF)"))
+        try:
+            import_module(settings.ROOT_URLCONF)
+        except Exception as exc:
+            self.stdout.write(self.style.ERROR(f"  ROOT_URLCONF does not import: {type(exc).__name__}: {exc}"))
+        if not inline_limits:
+            self.stdout.write("  none")
+        for name, (key, rate, burst, mode, on_failure) in sorted(inline_limits.items()):
+            burst_text = burst if burst is not None else "= rate count"
+            self.stdout.write(f"  - {name} [{mode}] key {'+'.join(key)}: {rate}, burst {burst_text}, "
+                              f"on_failure {on_failure}")
+
+    def _drf_scopes(self) -> None:
+        """DRF's throttle scopes, which the GCRA throttle classes read (not overridable in the admin)."""
+        from django.conf import settings
+
+        rates = (getattr(settings, "REST_FRAMEWORK", None) or {}).get("DEFAULT_THROTTLE_RATES") or {}
+        self.stdout.write(self.style.MIGRATE_HEADING("DRF throttle scopes (REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'])"))
+        if not rates:
+            self.stdout.write("  none")
+        for scope, rate in sorted(rates.items()):
+            self.stdout.write(f"  - {scope}: {rate}")
 
     def _overrides(self) -> None:
         from django_gcra.models import LimitOverride
