@@ -174,6 +174,12 @@ def fits(page):
         && [...document.querySelectorAll('.results, #content-main')].every(e => e.scrollWidth <= e.clientWidth)""")
 
 
+def widths(page):
+    """Why a page does not fit: each box's scroll width / client width."""
+    return page.evaluate("""() => [...document.querySelectorAll('.results, #content-main, #result_list th')]
+        .map(e => e.className + ':' + e.scrollWidth + '/' + e.clientWidth).join(' ')""")
+
+
 def test_the_console_at_1280px_form_dashboard_report_and_lists(live_server, plane, shots):
     base = live_server.url
     with sync_playwright() as pw:
@@ -208,7 +214,7 @@ def test_the_console_at_1280px_form_dashboard_report_and_lists(live_server, plan
         page.wait_for_url(f"{base}/admin/django_gcra/limitoverride/")
         assert "rate 60/m → 120/m, burst 20 → 50" in page.inner_text("#result_list")
         page.screenshot(path=str(shots / "console-overrides.png"), full_page=True)
-        assert fits(page), page.evaluate("""() => [...document.querySelectorAll('.results, #content-main, #result_list th, #result_list td')].map(e => e.className + ':' + e.scrollWidth + '/' + e.clientWidth).join(' ')""")
+        assert fits(page), widths(page)
 
         # The dashboard: every process's counts per limit (the tally thread flushes every 0.2 s).
         def counted(p):
@@ -252,6 +258,7 @@ def test_the_console_at_1280px_form_dashboard_report_and_lists(live_server, plan
         first = page.inner_text("#result_list tbody tr:first-child th.field-first_seen")
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [A-Z]{3,5}", first), first  # seconds and zone
         page.screenshot(path=str(shots / "console-audit-list.png"), full_page=True)
+        assert fits(page), widths(page)
         # Nothing wraps: every cell's text is one line (one client rect per text range).
         lines = page.eval_on_selector_all("#result_list tbody td, #result_list tbody th", """cells => cells.map(c => {
             const range = document.createRange(); range.selectNodeContents(c);
