@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from . import fallback, tally
 from .conf import get_settings
+from .decorators import inline_limits
 from .forms import configured
 from .models import AuditEvent, LimitOverride
 
@@ -56,6 +57,7 @@ class Row:
     rate: str
     burst: str
     overrides: int
+    source: str = "settings"  # settings | inline (@ratelimit) | code (DRF throttles, policies built in code)
     counts: dict[str, int] = field(default_factory=dict)
     bars: list[Rect] = field(default_factory=list)
 
@@ -127,6 +129,17 @@ def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[st
             row.counts.update({name: sum(v) for name, v in series.items()})
             row.bars = stacked_bars(buckets, series, WIDTH / 3, SMALL_HEIGHT)
             rows.append(row)
+    # Limits decided but not in POLICIES: inline @ratelimit limits, DRF throttles, policies built in code.
+    shown = {(r.policy, r.limit) for r in rows}
+    for policy_name, limit_name in sorted({(p, lim) for p, lim, _ in raw if lim and (p, lim) not in shown}):
+        inline = inline_limits.get(policy_name)
+        row = Row(policy_name, limit_name, inline[3] if inline else "", inline[1] if inline else "",
+                  "" if not inline or inline[2] is None else str(inline[2]), 0, source="inline" if inline else "code")
+        row.counts = {"seen": sum(_sum(raw, policy_name, limit_name, ("seen",), n))}
+        series = {name: _sum(raw, policy_name, limit_name, outcomes, n) for name, outcomes in SERIES}
+        row.counts.update({name: sum(v) for name, v in series.items()})
+        row.bars = stacked_bars(buckets, series, WIDTH / 3, SMALL_HEIGHT)
+        rows.append(row)
     overall = {name: _sum(raw, None, None, outcomes, n) for name, outcomes in SERIES}
     since_dt = datetime.datetime.fromtimestamp(since, datetime.timezone.utc)
     top = list(AuditEvent.objects.filter(time__gte=since_dt)

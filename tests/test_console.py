@@ -8,10 +8,12 @@ import datetime
 import io
 
 import pytest
+from django.http import HttpResponse
 from django.utils import timezone
 
 from django_gcra import audit, decide, tally
 from django_gcra.decision import Decision, LimitState
+from django_gcra.decorators import ratelimit
 from django_gcra.models import AuditEvent, LimitOverride
 from django_gcra.overrides import cache
 from django_gcra.rates import parse_rate
@@ -184,3 +186,20 @@ def test_the_audit_list_is_short_to_the_second_with_the_time_zone(admin_client, 
     assert "<td class=\"field-requests\">3</td>" in html  # cost 3 for 3 requests: one number
     assert "api.user" in html and "GET /api/x" in html
     assert "django_gcra/console.css" in html
+
+
+@ratelimit(key="ip", rate="5/m", burst=2, name="inline-demo")
+def inline_view(request):
+    return HttpResponse("ok")
+
+
+def test_the_dashboard_lists_limits_decided_outside_the_settings(admin_client, console, rf):
+    """Inline @ratelimit limits (and DRF throttles, policies built in code) appear once they decide."""
+    counts, _ = console
+    for _ in range(3):
+        inline_view(rf.get("/inline/", REMOTE_ADDR="203.0.113.5"))
+    counts.flush()
+    rows = {f"{r.policy}.{r.limit}": r for r in admin_client.get("/admin/django_gcra/dashboard/").context["rows"]}
+    row = rows["inline-demo.view"]
+    assert (row.source, row.rate, row.burst, row.counts["seen"], row.counts["denied"]) == ("inline", "5/m", "2", 3, 1)
+    assert rows["browser.tenant"].source == "settings"
