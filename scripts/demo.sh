@@ -42,6 +42,6 @@ cat <<MSG
 Serving the demo at http://127.0.0.1:$port/ (Ctrl-C to stop); store: ${REDIS_URL:-$store_url}
 In another terminal, these see the same store as the server:
   .venv/bin/python testproject/manage.py gcra_status
-  .venv/bin/python testproject/manage.py gcra_inspect hello ip=127.0.0.1
+  .venv/bin/python testproject/manage.py gcra_inspect hello ip=192.0.2.10
 MSG
 "$py" testproject/manage.py runserver "127.0.0.1:$port"

@@ -54,8 +54,10 @@ def embedded_store(tmp_path):
 def test_commands_beside_the_demo_share_its_embedded_store(embedded_store):
     env = {"DEMO_STORE_FILE": str(embedded_store)}
     run(["demo", "--requests", "4"], **env)  # /hello/: burst 3, so 3 allowed and 1 denied
-    inspected = run(["gcra_inspect", "hello", "ip=127.0.0.1", "--json"], **env)
+    inspected = run(["gcra_inspect", "hello", "ip=192.0.2.10", "--json"], **env)
     assert '"remaining": 0' in inspected, inspected
+    browser = run(["gcra_inspect", "hello", "ip=127.0.0.1", "--json"], **env)
+    assert '"remaining": 3' in browser, browser  # the trace left the browser's address alone
     # A process without the store file has its own empty store: the contrast the file avoids.
-    alone = run(["gcra_inspect", "hello", "ip=127.0.0.1", "--json"], DEMO_STORE_FILE=os.devnull + "-none")
+    alone = run(["gcra_inspect", "hello", "ip=192.0.2.10", "--json"], DEMO_STORE_FILE=os.devnull + "-none")
     assert '"remaining": 3' in alone, alone

@@ -5,6 +5,8 @@ import json
 from django.core.management.base import BaseCommand
 from django.test import Client
 
+DEMO_ADDR = "192.0.2.10"
+
 
 def shadow_note(response):
     """What the shadow-mode endpoint says: the request proceeded, and what enforcing would have done."""
@@ -26,7 +28,9 @@ class Command(BaseCommand):
         parser.add_argument("--requests", type=int, default=5)
 
     def handle(self, *args, requests, **options):
-        client = Client()
+        # A documentation address (TEST-NET-1), not 127.0.0.1: the store is shared with the
+        # server, and your browser's first visit should not find the burst already spent.
+        client = Client(REMOTE_ADDR=DEMO_ADDR)
         # decide() in a view, @ratelimit, the middleware's ROUTES, a DRF throttle, shadow mode
         for url in ["/hello/", "/surfaces/decorator/", "/surfaces/mw/", "/surfaces/drf/anon/", "/preview/"]:
             self.stdout.write(self.style.MIGRATE_HEADING(f"GET {url} x{requests}"))
