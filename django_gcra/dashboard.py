@@ -1,7 +1,8 @@
 """The dashboard: per policy and limit, what the limiter decided over a period, drawn as inline SVG.
 
 Counts come from ``tally`` (every process's decisions, per limit, in Redis); the top keys
-from the audit trail; the breaker and fallback state from this (the admin's) process.
+from the audit trail, with what each has left now (peeked); the breaker and fallback state
+from this (the admin's) process.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from . import fallback, tally
 from .conf import get_settings
 from .decorators import inline_limits
 from .forms import configured
+from .limiter import backend_for, plan
 from .models import AuditEvent, LimitOverride
 
 __all__ = ["PERIODS", "dashboard", "stacked_bars"]
@@ -101,6 +103,28 @@ def _sum(raw: dict[tuple[str, str, str], list[int]], policy: str | None, limit: 
     return out
 
 
+def quota_now(row: dict[str, Any]) -> str:
+    """What a listed key has left now on its limit, peeked (cost 0: nothing consumed, no
+    decision observed); one script call per key, for the few keys the page lists."""
+    config = get_settings().policies.get(row["policy"])
+    found = (AuditEvent.objects.filter(policy=row["policy"], limit=row["limit"], key=row["key"])
+             .values_list("descriptors", flat=True).first())
+    if config is None or not isinstance(found, dict):
+        return ""
+    values: dict[str, Any] = {name: found.get(name) for name in config.descriptors}
+    try:
+        p = plan(config, values, 0)
+        index = next((i for i, planned in enumerate(p.limits) if planned.limit.name == row["limit"]), None)
+        if index is None:
+            return ""
+        outcome = backend_for(config).evaluate(p.specs, 0)
+    except Exception as exc:  # the page stays up; the cell says why
+        return f"? ({type(exc).__name__})"
+    left, burst = outcome.remaining[index], p.limits[index].burst
+    rested = outcome.reset_after[index] / 1e6
+    return f"{left} of {burst}" + (f", full in {rested:.1f} s" if left < burst else "")
+
+
 def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[str, Any]:
     """Context for the dashboard page."""
     period = period if period in PERIODS else DEFAULT_PERIOD
@@ -145,6 +169,8 @@ def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[st
     top = list(AuditEvent.objects.filter(time__gte=since_dt)
                .values("policy", "limit", "key", "outcome").annotate(total=Sum("count"))
                .order_by("-total", "policy", "limit", "key")[:10])
+    for row in top:
+        row["quota"] = quota_now(row)
     state = fallback.status()
     return {
         "period": period, "periods": [(k, v[2]) for k, v in PERIODS.items()], "period_label": label,

@@ -228,6 +228,8 @@ def test_the_console_at_1280px_form_dashboard_report_and_lists(live_server, plan
         assert page.eval_on_selector_all("#dashboard-chart rect[data-series=denied]",
                                          "rs => rs.reduce((n, r) => n + +r.dataset.count, 0)") == 1
         assert page.query_selector('tr[data-limit="api.user"] td.num a').inner_text() == "1"  # the override
+        left = page.eval_on_selector_all("#dashboard-top td.quota", "ts => ts.map(t => t.innerText)")
+        assert left and all(" of 2" in text for text in left), left  # browser.tenant's burst, peeked
         page.wait_for_function("() => document.fonts.ready")
         page.screenshot(path=str(shots / "console-dashboard.png"), full_page=True)
         assert fits(page)

@@ -108,6 +108,12 @@ def test_the_dashboard_shows_counts_per_limit_and_charts_them(admin_client, cons
     html = page.content.decode()
     assert html.count('data-series="denied" data-count="1"') == 1 and 'id="dashboard-chart"' in html
     assert [(t["key"], t["total"]) for t in page.context["top"]][:1] == [("tenant=acme,user=7", 3)]
+    # What the listed keys have left now: peeked, so the page itself consumes and counts nothing.
+    quota = {(t["policy"], t["key"]): t["quota"] for t in page.context["top"]}
+    assert quota[("browser", "tenant=acme")].startswith("0 of 2, full in ")
+    seen = counts.pending.get(("browser", "tenant", "seen"), 0)
+    assert admin_client.get("/admin/django_gcra/dashboard/").status_code == 200
+    assert counts.pending.get(("browser", "tenant", "seen"), 0) == seen
     assert len(admin_client.get("/admin/django_gcra/dashboard/?period=24h").context["bars"]) >= 1
     # The dashboard is listed under Rate limiting in the admin index.
     assert b'href="/admin/django_gcra/dashboard/"' in admin_client.get("/admin/").content
