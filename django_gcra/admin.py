@@ -1,22 +1,46 @@
-"""Admin for the policy plane: overrides (hot-reloaded on save), the audit trail, the shadow report."""
+"""Admin for the policy plane: overrides (hot-reloaded on save), the audit trail, the shadow
+report and the dashboard. Lists are laid out for a 1280 px window: short labels, the
+columns an operator reads, times to the second with the time zone."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from . import overrides
-from .forms import LimitOverrideForm
-from .models import AuditEvent, LimitOverride
-from .report import shadow_report
+from .conf import get_settings
+from .dashboard import dashboard
+from .forms import LimitOverrideForm, configured
+from .models import AuditEvent, Dashboard, LimitOverride
+from .report import report_csv, shadow_report
+
+OUTCOME_LABELS = {"denied": _("denied"), "shadow_denied": _("shadow"), "fallback_denied": _("fallback")}
+CONSOLE_CSS = "django_gcra/console.css"
+
+
+def when(value: Any) -> str:
+    """A time to the second, in the current time zone, with its name."""
+    if value is None:
+        return "-"
+    return f"{timezone.localtime(value):%Y-%m-%d %H:%M:%S %Z}"
+
+
+def seconds(value: float | None) -> str:
+    """A retry-after for people: rounded up to a tenth of a second; ∞ when never satisfiable."""
+    if value is None or math.isinf(value):
+        return "∞"
+    return f"{math.ceil(value * 10) / 10:.1f} s"
 
 
 class ActiveFilter(admin.SimpleListFilter):
@@ -50,11 +74,17 @@ def _bulk(description: str, **changes: Any) -> Any:
     return action
 
 
+def _configured_of(obj: LimitOverride) -> dict[str, Any] | None:
+    policy = get_settings().policies.get(obj.policy)
+    limit = next((lim for lim in policy.limits if lim.name == obj.limit), None) if policy else None
+    return configured(limit) if limit else None
+
+
 @admin.register(LimitOverride)
 class LimitOverrideAdmin(admin.ModelAdmin):
     form = LimitOverrideForm
-    list_display = ["__str__", "policy", "limit", "rate", "burst", "mode", "enabled", "expires_at", "changed_by",
-                    "updated_at"]
+    change_form_template = "admin/django_gcra/limitoverride/change_form.html"
+    list_display = ["__str__", "effect", "mode_label", "state", "by", "updated"]
     list_filter = [ActiveFilter, "policy", "mode", "enabled", "limit"]
     list_select_related = ["changed_by"]
     search_fields = ["policy", "limit", "match", "reason", "rate"]
@@ -71,9 +101,48 @@ class LimitOverrideAdmin(admin.ModelAdmin):
         _bulk(_("Switch selected overrides to enforce mode"), mode=LimitOverride.Mode.ENFORCE),
     ]
 
+    class Media:
+        css = {"all": [CONSOLE_CSS]}
+
+    @admin.display(description=_("configured → override"))
+    def effect(self, obj: LimitOverride) -> str:
+        conf = _configured_of(obj)
+        rate = ", ".join(conf["rates"].values()) if conf else "?"
+        burst = (conf["burst"] or conf["burst_default"]) if conf else "?"
+        parts = [f"rate {rate} → {obj.rate}" if obj.rate else f"rate {rate}",
+                 f"burst {burst} → {obj.burst}" if obj.burst is not None else f"burst {burst}"]
+        return ", ".join(parts)
+
+    @admin.display(description=_("mode"), ordering="mode")
+    def mode_label(self, obj: LimitOverride) -> str:
+        return str(obj.mode)  # enforce | shadow | off: the choices' long labels are for the form
+
+    @admin.display(description=_("in force"), ordering="expires_at")
+    def state(self, obj: LimitOverride) -> str:
+        if not obj.enabled:
+            return str(_("disabled"))
+        if obj.expires_at is None:
+            return str(_("yes"))
+        if obj.expires_at <= timezone.now():
+            return str(_("expired %(when)s") % {"when": when(obj.expires_at)})
+        return str(_("until %(when)s") % {"when": when(obj.expires_at)})
+
+    @admin.display(description=_("by"), ordering="changed_by")
+    def by(self, obj: LimitOverride) -> str:
+        return str(obj.changed_by) if obj.changed_by else "-"
+
+    @admin.display(description=_("updated"), ordering="updated_at")
+    def updated(self, obj: LimitOverride) -> str:
+        return when(obj.updated_at)
+
     def save_model(self, request: HttpRequest, obj: LimitOverride, form: Any, change: bool) -> None:
         obj.changed_by = request.user
         super().save_model(request, obj, form, change)  # post_save invalidates on commit
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        form = context["adminform"].form
+        context["gcra_limits"] = getattr(form, "limits_table", {})
+        return super().render_change_form(request, context, *args, **kwargs)
 
 
 @admin.register(AuditEvent)
@@ -82,10 +151,46 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     change_list_template = "admin/django_gcra/auditevent/change_list.html"
     date_hierarchy = "time"
-    list_display = ["time", "outcome", "policy", "limit", "key", "count", "cost", "retry_after", "method", "path"]
+    list_display = ["first_seen", "outcome_label", "policy_limit", "key_short", "requests", "retry", "request_line"]
+    list_display_links = ["first_seen"]
     list_filter = ["outcome", "policy", "limit", "method"]
     search_fields = ["key", "path", "policy", "limit"]
     list_per_page = 100
+
+    class Media:
+        css = {"all": [CONSOLE_CSS]}
+
+    @admin.display(description=_("time"), ordering="time")
+    def first_seen(self, obj: AuditEvent) -> str:
+        return when(obj.time)
+
+    @admin.display(description=_("outcome"), ordering="outcome")
+    def outcome_label(self, obj: AuditEvent) -> str:
+        label = OUTCOME_LABELS.get(obj.outcome, obj.outcome)
+        return str(format_html('<span class="gcra-outcome gcra-{}" title="{}">{}</span>', obj.outcome,
+                               obj.get_outcome_display(), label))
+
+    @admin.display(description=_("limit"), ordering="policy")
+    def policy_limit(self, obj: AuditEvent) -> str:
+        return f"{obj.policy}.{obj.limit}" if obj.limit else obj.policy
+
+    @admin.display(description=_("key"), ordering="key")
+    def key_short(self, obj: AuditEvent) -> str:
+        return str(format_html('<span class="gcra-key" title="{}">{}</span>', obj.key, obj.key))
+
+    @admin.display(description=_("count"), ordering="count")
+    def requests(self, obj: AuditEvent) -> str:
+        """The requests of the row, and (in brackets) the units they asked when that is not one each."""
+        return f"{obj.count}" if obj.cost == obj.count else f"{obj.count} ({obj.cost})"
+
+    @admin.display(description=_("retry"), ordering="retry_after")
+    def retry(self, obj: AuditEvent) -> str:
+        return seconds(obj.retry_after)
+
+    @admin.display(description=_("request"), ordering="path")
+    def request_line(self, obj: AuditEvent) -> str:
+        line = f"{obj.method} {obj.path}".strip()
+        return str(format_html('<span class="gcra-path" title="{}">{}</span>', line, line))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -103,13 +208,53 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     def shadow_report_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
-            from django.core.exceptions import PermissionDenied
+            raise PermissionDenied
+        period, policy = request.GET.get("period", ""), request.GET.get("policy", "")
+        if request.GET.get("format") == "csv":
+            return report_csv(period, policy)
+        context = {
+            **self.admin_site.each_context(request),
+            **shadow_report(period, policy),
+            "opts": self.model._meta,
+            "title": _("Shadow report: who would have been denied"),
+            "media": self.media,
+        }
+        return TemplateResponse(request, "admin/django_gcra/shadow_report.html", context)
 
+
+@admin.register(Dashboard)
+class DashboardAdmin(admin.ModelAdmin):
+    """The dashboard page (a proxy model, so it is listed under Rate limiting)."""
+
+    class Media:
+        css = {"all": [CONSOLE_CSS]}
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        user: Any = request.user
+        return bool(user.is_active and user.is_staff and (user.has_perm("django_gcra.view_dashboard")
+                                                          or user.has_perm("django_gcra.view_auditevent")))
+
+    def get_urls(self) -> list[Any]:
+        info = self.model._meta.app_label, self.model._meta.model_name
+        return [path("", self.admin_site.admin_view(self.changelist_view), name="%s_%s_changelist" % info)]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_view_permission(request):
             raise PermissionDenied
         context = {
             **self.admin_site.each_context(request),
-            **shadow_report(request.GET.get("period", ""), request.GET.get("policy", "")),
+            **dashboard(request.GET.get("period", "")),
             "opts": self.model._meta,
-            "title": _("Shadow report: who would have been denied"),
+            "title": _("Rate limiting dashboard"),
+            "media": self.media,
         }
-        return TemplateResponse(request, "admin/django_gcra/shadow_report.html", context)
+        return TemplateResponse(request, "admin/django_gcra/dashboard.html", context)

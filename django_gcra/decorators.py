@@ -33,7 +33,11 @@ from .rates import parse_rate
 from .surface import adecide_request, arespond, cost_of, decide_request, not_limited, respond
 from .validation import is_int
 
-__all__ = ["ratelimit"]
+__all__ = ["inline_limits", "ratelimit"]
+
+#: Every inline ``@ratelimit`` limit decorated in this process, by policy name: the
+#: arguments of ``inline_policy`` (the policy plane lists them and lets overrides target them).
+inline_limits: dict[str, tuple[tuple[str, ...], str, int | None, str, str]] = {}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -111,6 +115,10 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         policy_name = policy or name or view_policy_name(view, label)
+        # Under method_decorator Django first decorates a placeholder of its own (and then each
+        # call's bound method, which registers under the class's name): skip the placeholder.
+        if policy is None and rate is not None and getattr(view, "__module__", "") != "django.utils.decorators":
+            inline_limits[policy_name] = (keys, rate, burst, mode, on_failure)
 
         def resolve() -> Policy:
             if policy is not None:

@@ -1,7 +1,10 @@
-"""The override form: every field validated against the configured policies."""
+"""The override form: policy then limit as dependent choices, descriptor matches as
+``name=value`` lines, every field validated against the configured policies."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any, cast
 
 from django import forms
@@ -9,12 +12,97 @@ from django.utils.translation import gettext_lazy as _
 
 from .conf import get_settings
 from .models import LimitOverride
-from .policy import log_problem
-from .rates import parse_rate
+from .policy import Limit, Policy, log_problem
+from .rates import Rate, parse_rate
+
+__all__ = ["LimitOverrideForm", "configured", "match_lines", "parse_match", "rate_text"]
+
+
+def rate_text(rate: Rate) -> str:
+    """A rate as an operator writes it: ``60/m``, ``10/30s``, ``1000/d``."""
+    for unit, seconds in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if rate.period % seconds == 0:
+            times = rate.period // seconds
+            return f"{rate.count}/{'' if times == 1 else times}{unit}"
+    return str(rate)  # pragma: no cover - every period is a whole number of seconds
+
+
+def configured(limit: Limit) -> dict[str, Any]:
+    """A limit's configured values, as the form shows them beside the override."""
+    rates = {("" if tier is None else tier): rate_text(rate) for tier, rate in limit.rates.items()}
+    counts = sorted({rate.count for rate in limit.rates.values()})
+    return {"rates": rates, "burst": limit.burst, "burst_default": counts[0] if len(counts) == 1 else None,
+            "key": list(limit.key), "mode": limit.mode}
+
+
+def limits_table(policies: Mapping[str, Policy]) -> dict[str, dict[str, Any]]:
+    """``{policy: {"mode": ..., "limits": {limit: configured(limit)}}}`` for the form's script."""
+    return {name: {"mode": p.mode, "descriptors": sorted(p.descriptors),
+                   "limits": {lim.name: {**configured(lim), "mode": p.mode_of(lim)} for lim in p.limits}}
+            for name, p in sorted(policies.items())}
+
+
+def match_lines(match: Mapping[str, Any] | None) -> str:
+    """A stored match as the form's ``name=value`` lines."""
+    return "\n".join(f"{k}={v}" for k, v in sorted((match or {}).items()))
+
+
+def parse_match(text: str, policy: Policy | None) -> dict[str, str]:
+    """``name=value`` lines (or a JSON object) -> a match; ``ValidationError`` naming each bad line."""
+    text = (text or "").strip()
+    if text.startswith("{"):
+        try:
+            loaded = json.loads(text)
+        except ValueError as exc:
+            raise forms.ValidationError(_("Not a JSON object: %(error)s. Write one name=value a line instead.")
+                                        % {"error": exc}) from None
+        if not isinstance(loaded, dict):
+            raise forms.ValidationError(_("Write one name=value a line, e.g. tenant=acme."))
+        bad = sorted(k for k, v in loaded.items() if isinstance(v, bool) or not isinstance(v, (str, int)))
+        if bad:
+            raise forms.ValidationError(_("Descriptor values must be strings: %(names)s.") % {"names": ", ".join(bad)})
+        pairs = [(str(k), str(v)) for k, v in loaded.items()]
+    else:
+        pairs = []
+        errors = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            name, sep, value = line.partition("=")
+            name, value = name.strip(), value.strip()
+            if not sep:
+                errors.append(_("Line %(n)d (%(line)r) has no '=': write name=value, e.g. tenant=acme.")
+                              % {"n": number, "line": line.strip()})
+            elif not name:
+                errors.append(_("Line %(n)d (%(line)r) names no descriptor before '='.")
+                              % {"n": number, "line": line.strip()})
+            elif not value:
+                errors.append(_("Line %(n)d: descriptor %(name)s has no value.") % {"n": number, "name": name})
+            elif name in dict(pairs):
+                errors.append(_("Line %(n)d: descriptor %(name)s is given twice.") % {"n": number, "name": name})
+            else:
+                pairs.append((name, value))
+        if errors:
+            raise forms.ValidationError(errors)
+    match = dict(pairs)
+    if policy is not None:
+        unknown = sorted(set(match) - set(policy.descriptors))
+        if unknown:
+            raise forms.ValidationError(
+                _("Policy %(policy)s does not use descriptor(s) %(unknown)s; it uses %(known)s.")
+                % {"policy": policy.name, "unknown": ", ".join(unknown),
+                   "known": ", ".join(sorted(policy.descriptors))})
+    return match
 
 
 class LimitOverrideForm(forms.ModelForm):
     policy = forms.ChoiceField(label=_("policy"))
+    limit = forms.ChoiceField(label=_("limit"), help_text=_("The limits of the policy chosen above."))
+    match = forms.CharField(
+        label=_("descriptor match"), required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 40, "placeholder": "tenant=acme"}),
+        help_text=_("One name=value a line, e.g. tenant=acme: the requests this override applies to. "
+                    "Empty: every request."))
 
     class Meta:
         model = LimitOverride
@@ -24,9 +112,15 @@ class LimitOverrideForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         policies = get_settings().policies
         self.fields["policy"].choices = [(name, name) for name in sorted(policies)]
-        self.fields["limit"].help_text = "; ".join(
-            f"{p.name}: " + ", ".join(lim.name + " (key: " + "+".join(lim.key) + ")" for lim in p.limits)
-            for p in sorted(policies.values(), key=lambda p: p.name))
+        # Grouped by policy (an <optgroup> each): without script the groups still say which is whose.
+        self.fields["limit"].choices = [
+            (name, [(lim.name, f"{lim.name} (key: {'+'.join(lim.key) or 'none'})") for lim in policies[name].limits])
+            for name in sorted(policies)]
+        if self.instance.pk and not self.is_bound:
+            self.initial["match"] = match_lines(self.instance.match)
+        elif isinstance(self.initial.get("match"), dict):
+            self.initial["match"] = match_lines(self.initial["match"])
+        self.limits_table = limits_table(policies)
 
     def clean_rate(self) -> str:
         rate = str(self.cleaned_data.get("rate", "")).strip()
@@ -46,14 +140,18 @@ class LimitOverrideForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         data = cast("dict[str, Any]", super().clean())
         policy = get_settings().policies.get(str(data.get("policy")))
-        if policy is None:
-            return data
         limit = data.get("limit")
-        names = [lim.name for lim in policy.limits]
-        if limit is not None and limit not in names:
-            self.add_error("limit", _("Policy %(policy)s has no limit %(limit)r; its limits: %(names)s.")
-                           % {"policy": policy.name, "limit": limit, "names": ", ".join(names)})
-        configured = next((lim for lim in policy.limits if lim.name == limit), None)
+        if policy is not None and limit is not None:
+            names = [lim.name for lim in policy.limits]
+            if limit not in names:
+                self.add_error("limit", _("Policy %(policy)s has no limit %(limit)r; its limits: %(names)s.")
+                               % {"policy": policy.name, "limit": limit, "names": ", ".join(names)})
+        try:
+            data["match"] = parse_match(str(self.data.get(self.add_prefix("match"), "") if self.is_bound else ""),
+                                        policy)
+        except forms.ValidationError as exc:
+            self.add_error("match", exc)
+        configured = next((lim for lim in policy.limits if lim.name == limit), None) if policy else None
         if configured is not None and configured.sliding:
             if data.get("burst") is not None:
                 self.add_error("burst", _("Limit %(limit)s is a %(algorithm)s limit: it takes no burst. Change its "
@@ -63,20 +161,4 @@ class LimitOverrideForm(forms.ModelForm):
                 why = log_problem(parse_rate(data["rate"]))
                 if why is not None:
                     self.add_error("rate", why)
-        match = data.get("match")
-        if match is None:
-            match = data["match"] = {}
-        if not isinstance(match, dict):
-            self.add_error("match", _('Give a JSON object of descriptor values, e.g. {"tenant": "acme"}.'))
-            return data
-        unknown = sorted(set(match) - set(policy.descriptors))
-        if unknown:
-            self.add_error("match", _("Policy %(policy)s does not use descriptor(s) %(unknown)s; it uses %(known)s.")
-                           % {"policy": policy.name, "unknown": ", ".join(unknown),
-                              "known": ", ".join(sorted(policy.descriptors))})
-        bad = sorted(k for k, v in match.items() if isinstance(v, bool) or not isinstance(v, (str, int)))
-        if bad:
-            self.add_error("match", _("Descriptor values must be strings: %(names)s.") % {"names": ", ".join(bad)})
-        elif not unknown:
-            data["match"] = {k: str(v) for k, v in match.items()}
         return data

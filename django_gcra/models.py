@@ -9,7 +9,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-__all__ = ["AuditEvent", "LimitOverride"]
+__all__ = ["AuditEvent", "Dashboard", "LimitOverride"]
 
 # CheckConstraint's argument: ``condition`` since Django 5.1 (``check`` before, and gone in 6.0).
 CONSTRAINT_ARG = "condition" if django.VERSION >= (5, 1) else "check"
@@ -102,3 +102,13 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.outcome} {self.policy}.{self.limit} {self.key} x{self.count}"
+
+
+class Dashboard(AuditEvent):
+    """No table of its own: the admin's dashboard page, a proxy so that it is listed (and
+    permissioned) under *Rate limiting* beside the overrides and the audit trail."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("dashboard")
+        verbose_name_plural = _("dashboard")

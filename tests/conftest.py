@@ -56,3 +56,13 @@ def _drop_unwritten_audit_records():
 
     with audit.recorder.lock:
         audit.recorder.buffer.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_tally_flusher():
+    """The console's decision counts stay in memory unless a test flushes them: a flusher
+    thread writing ``rl:{tally}:*`` hashes would surprise the tests that list Redis keys."""
+    from django_gcra.tally import tally
+
+    tally.autostart = False
+    yield

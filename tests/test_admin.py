@@ -18,7 +18,7 @@ GCRA = {
     },
 }
 ADD = "/admin/django_gcra/limitoverride/add/"
-FORM = {"policy": "browser", "limit": "tenant", "match": '{"tenant": "acme"}', "rate": "", "burst": "40",
+FORM = {"policy": "browser", "limit": "tenant", "match": "tenant=acme", "rate": "", "burst": "40",
         "mode": "enforce", "enabled": "on", "expires_at_0": "", "expires_at_1": "", "reason": ""}
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.plane_urls")]
@@ -34,10 +34,16 @@ def policies(gcra_settings, fake_redis, settings):
 
 
 @pytest.mark.parametrize("change, field, message", [
-    ({"limit": "nope"}, "limit", "Policy browser has no limit &#x27;nope&#x27;; its limits: tenant."),
-    ({"match": '{"user": "7"}'}, "match", "Policy browser does not use descriptor(s) user; it uses tenant."),
-    ({"match": '["acme"]'}, "match", "Give a JSON object of descriptor values"),
+    ({"limit": "user"}, "limit", "Policy browser has no limit &#x27;user&#x27;; its limits: tenant."),
+    ({"limit": "nope"}, "limit", "Select a valid choice. nope is not one of the available choices."),
+    ({"match": "user=7"}, "match", "Policy browser does not use descriptor(s) user; it uses tenant."),
+    ({"match": "tenant acme"}, "match", "Line 1 (&#x27;tenant acme&#x27;) has no &#x27;=&#x27;: write name=value"),
+    ({"match": "tenant=acme\n=x"}, "match", "Line 2 (&#x27;=x&#x27;) names no descriptor before &#x27;=&#x27;."),
+    ({"match": "tenant="}, "match", "Line 1: descriptor tenant has no value."),
+    ({"match": "tenant=a\ntenant=b"}, "match", "Line 2: descriptor tenant is given twice."),
+    ({"match": '["acme"]'}, "match", "Line 1 (&#x27;[&quot;acme&quot;]&#x27;) has no &#x27;=&#x27;"),
     ({"match": '{"tenant": {"a": 1}}'}, "match", "Descriptor values must be strings: tenant."),
+    ({"match": '{"tenant": '}, "match", "Not a JSON object"),
     ({"rate": "lots"}, "rate", "invalid rate &#x27;lots&#x27;"),
     ({"policy": "ghost"}, "policy", "Select a valid choice."),
     ({"burst": "0"}, "burst", "The burst must be at least 1."),
@@ -50,10 +56,34 @@ def test_the_add_form_validates_against_the_policy(admin_client, change, field, 
     assert not LimitOverride.objects.exists()
 
 
+def test_the_limit_choices_are_grouped_by_policy_and_the_configured_values_are_beside_them(admin_client):
+    page = admin_client.get(ADD).content.decode()
+    assert '<optgroup label="api">' in page and '<optgroup label="browser">' in page
+    assert '<option value="tenant">tenant (key: tenant)</option>' in page
+    assert 'id="gcra-limits"' in page and '"rates": {"": "60/m"}' in page and 'id="gcra-effective"' in page
+
+
+def test_name_value_lines_and_json_objects_are_both_saved_as_a_match(admin_client):
+    assert admin_client.post(ADD, {**FORM, "match": " tenant = acme \n\n"}).status_code == 302
+    assert admin_client.post(ADD, {**FORM, "match": '{"tenant": "beta"}'}).status_code == 302
+    assert sorted(o.match["tenant"] for o in LimitOverride.objects.all()) == ["acme", "beta"]
+
+
+def test_the_change_form_shows_the_match_as_lines(admin_client):
+    override = LimitOverride.objects.create(policy="api", limit="user", match={"tenant": "acme", "user": "7"})
+    page = admin_client.get(f"/admin/django_gcra/limitoverride/{override.pk}/change/").content.decode()
+    assert "tenant=acme\nuser=7</textarea>" in page
+
+
+def test_the_add_form_takes_initial_values_from_the_query_string(admin_client):
+    page = admin_client.get(ADD + "?policy=browser&limit=tenant&match=tenant%3Dtrial").content.decode()
+    assert "tenant=trial</textarea>" in page
+
+
 def test_the_add_form_saves_who_and_bumps_the_version(admin_client, admin_user, fake_redis,
                                                       django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        response = admin_client.post(ADD, {**FORM, "match": '{"tenant": 42}'})
+        response = admin_client.post(ADD, {**FORM, "match": "tenant=42"})
     assert response.status_code == 302
     override = LimitOverride.objects.get()
     assert (override.match, override.burst, override.changed_by) == ({"tenant": "42"}, 40, admin_user)

@@ -1,5 +1,9 @@
 """The admin in a real headless browser: Debian's chromium driven by Playwright against
-pytest-django's live server, a real redis-server, and the audit flusher thread.
+pytest-django's live server (which serves the admin's CSS), a real redis-server, the audit
+flusher and the decision-count flusher threads, in a 1280 x 800 window.
+
+Screenshots of the console are written to $DJANGO_GCRA_SCREENSHOTS (``docs/img`` refreshes
+the docs' images), else to a temporary directory the run prints.
 
 Missing chromium or Playwright is a failure, not a skip: run scripts/install-system-deps.sh
 and pip install -r requirements-dev.txt.
@@ -9,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,9 +27,14 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 GCRA = {
     "DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of"},
-    "POLICIES": {"browser": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "6/m", "burst": 2}]}},
+    "POLICIES": {
+        "browser": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "6/m", "burst": 2}]},
+        "api": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "1000/m", "burst": 200},
+                           {"name": "user", "key": ["tenant", "user"], "rate": "60/m", "burst": 20}]},
+    },
     "AUDIT": {"FLUSH_INTERVAL": 0.2},
 }
+VIEWPORT = {"width": 1280, "height": 800}
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.urls("tests.plane_urls"),
               pytest.mark.django_db(transaction=True)]
@@ -41,23 +52,37 @@ def sync_playwright():
     return sync_playwright()
 
 
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    """Where the screenshots go: $DJANGO_GCRA_SCREENSHOTS, else a temporary directory."""
+    target = os.environ.get("DJANGO_GCRA_SCREENSHOTS")
+    folder = Path(target) if target else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"\nscreenshots: {folder}")
+    return folder
+
+
 @pytest.fixture
 def plane(real_redis, gcra_settings, settings, monkeypatch, django_user_model):
-    """A superuser, the policy, and an audit recorder whose thread flushes every 0.2 s."""
-    from django_gcra import audit
+    """A superuser, the policies, an audit recorder and a decision tally whose threads flush every 0.2 s."""
+    from django_gcra import audit, tally
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.TIME_ZONE = "UTC"  # what the screenshots in the docs show
     gcra_settings(**GCRA)
     audit.recorder.buffer.clear()
     AuditEvent.objects.all().delete()  # what other tests' flushes may have left outside their transactions
     recorder = audit.AuditRecorder()
     monkeypatch.setattr("django_gcra.audit.recorder", recorder)
+    counts = tally.Tally()
+    monkeypatch.setattr("django_gcra.tally.tally", counts)
     django_user_model.objects.create_superuser("root", "root@example.com", "s3cret-pw")
     # ORM work happens before Playwright starts: its sync API runs an event loop in this thread.
     LimitOverride.objects.create(policy="browser", limit="tenant", match={"tenant": "trial"}, mode="shadow",
                                  reason="new limit, shadow first")
     yield recorder
     recorder.stop()
+    counts.stop()
     cache.reset()
 
 
@@ -70,8 +95,7 @@ def test_admin_override_changes_the_limited_endpoint_and_the_shadow_report_shows
     base = live_server.url
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        page = browser.new_page()
-        page.route("**/static/**", lambda route: route.abort())  # the test settings do not serve the admin's CSS
+        page = browser.new_page(viewport=VIEWPORT)
         page.set_default_timeout(15_000)
 
         # Before: burst 2, the third request is refused.
@@ -86,8 +110,8 @@ def test_admin_override_changes_the_limited_endpoint_and_the_shadow_report_shows
         page.wait_for_url(f"{base}/admin/")
         page.goto(f"{base}/admin/django_gcra/limitoverride/add/")
         page.select_option("#id_policy", "browser")
-        page.fill("#id_limit", "tenant")
-        page.fill("#id_match", '{"tenant": "acme"}')
+        assert page.input_value("#id_limit") == "tenant"  # the policy's only limit, chosen for us
+        page.fill("#id_match", "tenant=acme")
         page.fill("#id_burst", "50")
         page.select_option("#id_mode", "enforce")
         page.fill("#id_reason", "partner launch")
@@ -122,4 +146,126 @@ def test_admin_override_changes_the_limited_endpoint_and_the_shadow_report_shows
         counts = [int(c) for c in page.eval_on_selector_all("#shadow-chart rect.bar", "rs => rs.map(r => r.dataset.count)")]
         assert len(counts) == 60 and sum(counts) == 3, page.inner_text("#shadow-keys")
         assert "3 would-denied requests" in page.inner_text("#shadow-total")
+        browser.close()
+
+
+def login(page, base):
+    page.goto(f"{base}/admin/login/?next=/admin/")
+    page.fill("#id_username", "root")
+    page.fill("#id_password", "s3cret-pw")
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{base}/admin/")
+
+
+def poll(page, url, ready, what, seconds=15):
+    """Reload ``url`` until ``ready(page)``: the flusher threads write every 0.2 s."""
+    deadline = time.monotonic() + seconds
+    while True:
+        page.goto(url)
+        if ready(page):
+            return
+        assert time.monotonic() < deadline, what
+        time.sleep(0.3)
+
+
+def fits(page):
+    """No horizontal scrolling at 1280 px: neither the page nor the admin's scrolling results box."""
+    return page.evaluate("""() => document.documentElement.scrollWidth <= window.innerWidth
+        && [...document.querySelectorAll('.results, #content-main')].every(e => e.scrollWidth <= e.clientWidth)""")
+
+
+def widths(page):
+    """Why a page does not fit: each box's scroll width / client width."""
+    return page.evaluate("""() => [...document.querySelectorAll('.results, #content-main, #result_list th')]
+        .map(e => e.className + ':' + e.scrollWidth + '/' + e.clientWidth).join(' ')""")
+
+
+def test_the_console_at_1280px_form_dashboard_report_and_lists(live_server, plane, shots):
+    base = live_server.url
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        page = browser.new_page(viewport=VIEWPORT, accept_downloads=True)
+        page.set_default_timeout(15_000)
+        # Traffic: acme 3 requests (the 3rd refused), trial 5 (shadow override: 3 would-denies).
+        assert [get_json(page, f"{base}/limited/?tenant=acme")[0] for _ in range(3)] == [200, 200, 429]
+        assert [get_json(page, f"{base}/limited/?tenant=trial")[0] for _ in range(5)] == [200] * 5
+        login(page, base)
+
+        # The override form: policy, then that policy's limits; the configured value and the effect beside them.
+        page.goto(f"{base}/admin/django_gcra/limitoverride/add/")
+        page.select_option("#id_policy", "api")
+        visible = page.eval_on_selector_all("#id_limit optgroup:not([hidden]) option", "os => os.map(o => o.value)")
+        assert visible == ["tenant", "user"]
+        page.select_option("#id_limit", "user")
+        assert page.inner_text("#gcra-configured") == "rate 60/m, burst 20, mode enforce (key: tenant+user)"
+        page.fill("#id_burst", "50")
+        page.fill("#id_match", "tenant acme")
+        assert page.inner_text("#gcra-effective") == "rate 60/m, burst 50, mode enforce"
+        page.fill("#id_reason", "partner launch")
+        page.click("input[name=_save]")
+        errors = page.inner_text(".field-match .errorlist")
+        assert "Line 1 ('tenant acme') has no '=': write name=value, e.g. tenant=acme." in errors
+        page.fill("#id_match", "tenant=acme\nuser=7")
+        page.fill("#id_rate", "120/m")
+        assert page.inner_text("#gcra-effective") == "rate 120/m, burst 50, mode enforce"
+        assert page.inner_text("#gcra-applies") == "requests with tenant=acme and user=7"
+        page.screenshot(path=str(shots / "console-override-form.png"), full_page=True)
+        page.click("input[name=_save]")
+        page.wait_for_url(f"{base}/admin/django_gcra/limitoverride/")
+        assert "rate 60/m → 120/m, burst 20 → 50" in page.inner_text("#result_list")
+        page.screenshot(path=str(shots / "console-overrides.png"), full_page=True)
+        assert fits(page), widths(page)
+
+        # The dashboard: every process's counts per limit (the tally thread flushes every 0.2 s).
+        def counted(p):
+            row = p.query_selector('tr[data-limit="browser.tenant"]')
+            return row is not None and row.query_selector("td.seen").inner_text() == "8"
+
+        poll(page, f"{base}/admin/django_gcra/dashboard/", counted, "the tally never reached the dashboard")
+        row = page.query_selector('tr[data-limit="browser.tenant"]')
+        assert row.query_selector("td.denied").inner_text().startswith("1 (12.5")
+        assert row.query_selector("td.shadow").inner_text().startswith("3 (37.5")
+        assert page.eval_on_selector_all("#dashboard-chart rect[data-series=denied]",
+                                         "rs => rs.reduce((n, r) => n + +r.dataset.count, 0)") == 1
+        assert page.query_selector('tr[data-limit="api.user"] td.num a').inner_text() == "1"  # the override
+        left = page.eval_on_selector_all("#dashboard-top td.quota", "ts => ts.map(t => t.innerText)")
+        assert left and all(" of 2" in text for text in left), left  # browser.tenant's burst, peeked
+        page.wait_for_function("() => document.fonts.ready")
+        page.screenshot(path=str(shots / "console-dashboard.png"), full_page=True)
+        assert fits(page)
+
+        # The shadow report: the key's share of its traffic, its paths, the limit in force, the actions.
+        poll(page, f"{base}/admin/django_gcra/auditevent/shadow-report/?period=1h",
+             lambda p: "tenant=trial" in p.inner_text("#shadow-keys"), "the shadow report never listed trial")
+        cells = page.eval_on_selector_all("#shadow-keys tbody tr:first-child td",
+                                          "ts => ts.map(t => t.innerText.replace('\u2009', ' '))")
+        assert cells[:5] == ["browser.tenant", "tenant=trial", "3", "3", "100.0 %"], cells
+        assert cells[5].startswith("override #") and cells[6] == "/limited/"
+        page.screenshot(path=str(shots / "console-shadow-report.png"), full_page=True)
+        assert fits(page)
+        with page.expect_download() as download:
+            page.click("#shadow-csv")
+        lines = Path(download.value.path()).read_text().splitlines()
+        assert lines[0].startswith("policy,limit,key,would_denied,traffic,share_percent")
+        assert lines[1].startswith("browser,tenant,tenant=trial,3,3,100.0,8,")
+        page.click("#shadow-keys a.create-override")
+        page.wait_for_url("**/limitoverride/add/**")
+        assert page.input_value("#id_match") == "tenant=trial" and page.input_value("#id_limit") == "tenant"
+        assert page.inner_text("#gcra-configured").startswith("rate 6/m, burst 2")
+
+        # The audit trail: short outcome labels, times to the second with the zone, one line per row.
+        page.goto(f"{base}/admin/django_gcra/auditevent/")
+        outcomes = page.eval_on_selector_all("#result_list td.field-outcome_label", "ts => ts.map(t => t.innerText)")
+        assert sorted(set(outcomes)) == ["denied", "shadow"]
+        first = page.inner_text("#result_list tbody tr:first-child th.field-first_seen")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [A-Z]{3,5}", first), first  # seconds and zone
+        page.screenshot(path=str(shots / "console-audit-list.png"), full_page=True)
+        assert fits(page), widths(page)
+        # Nothing wraps: every cell's text is one line (one client rect per text range).
+        lines = page.eval_on_selector_all("#result_list tbody td, #result_list tbody th", """cells => cells.map(c => {
+            const range = document.createRange(); range.selectNodeContents(c);
+            const tops = [...range.getClientRects()].map(r => r.top);
+            return Math.max(...tops) - Math.min(...tops) < 8 ? 1 : 2; })""")
+        assert max(lines) == 1, lines
+        assert fits(page)
         browser.close()

@@ -128,3 +128,16 @@ def test_prune_audit_honours_the_retention(gcra_settings):
     assert sorted(AuditEvent.objects.values_list("key", flat=True)) == ["d=1", "d=6"]
     run("gcra_prune_audit", "--days", "2")
     assert list(AuditEvent.objects.values_list("key", flat=True)) == ["d=1"]
+
+
+@pytest.mark.django_db
+def test_status_lists_the_inline_limits_and_the_drf_scopes(fake_redis, settings):
+    settings.ROOT_URLCONF = "tests.surfaces_urls"  # imported by gcra_status: its views register their limits
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"anon": "100/h", "uploads": "10/5m"}}
+    text = run("gcra_status")
+    inline = text.split("Inline @ratelimit limits")[1].split("DRF throttle scopes")[0]
+    assert "- view.tests.surfaces_urls.inline_sync.5-per-60s-b2 [enforce] key ip: 5/m, burst 2" in inline
+    assert "- tight [enforce] key ip: 1/s, burst 1" in inline and "login" not in inline  # policy= is configured
+    assert "django.utils.decorators" not in inline
+    drf = text.split("DRF throttle scopes")[1].split("Overrides in force")[0]
+    assert "- anon: 100/h" in drf and "- uploads: 10/5m" in drf

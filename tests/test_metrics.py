@@ -94,7 +94,7 @@ def test_outcome_labels():
 
 
 def test_the_decision_signal_contract(fake_redis):
-    from django_gcra import audit, metrics, regions
+    from django_gcra import audit, metrics, regions, tally
 
     received = []
 
@@ -109,7 +109,7 @@ def test_the_decision_signal_contract(fake_redis):
     assert received == [("m_api", result, None)]
     from django_gcra.signals import observers
 
-    assert observers == [audit.on_decision, metrics.on_decision, regions.on_decision]  # set in AppConfig.ready
+    assert observers == [audit.on_decision, metrics.on_decision, regions.on_decision, tally.on_decision]  # set in AppConfig.ready
 
 
 def test_without_prometheus_client_metrics_are_a_no_op():

@@ -28,4 +28,5 @@ def preview(request):
     decision = decide("preview", {"tenant": request.headers.get("X-Tenant", "demo-tenant")}, request=request)
     state = decision.limits[0] if decision.limits else None
     return JsonResponse({"allowed": decision.allowed, "would_have_been_denied": decision.shadow,
+                         "would_retry_after": decision.would_retry_after,
                          "burst": state.burst if state else None, "remaining": decision.remaining})

@@ -1,7 +1,13 @@
 """The demo project. Without REDIS_URL it runs on an embedded fakeredis whose Lua runs
-the same GCRA script as a real server; set REDIS_URL=redis://127.0.0.1:6379/0 for a real one."""
+the same GCRA script as a real server; set REDIS_URL=redis://127.0.0.1:6379/0 for a real one.
+
+scripts/demo.sh serves that fakeredis on a loopback port (testproject/embedded_redis.py)
+and writes its URL to testproject/.embedded-redis: the server and any management command
+run beside it (gcra_status, gcra_inspect) then share one store. Without that file (or
+when nothing listens there) each process gets its own in-process fakeredis."""
 
 import os
+import socket
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -39,11 +45,26 @@ TEMPLATES = [{
 }]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "demo.sqlite3"}}
 USE_TZ = True
+TIME_ZONE = os.environ.get("DEMO_TIME_ZONE", "UTC")  # what the admin shows times in
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-if os.environ.get("REDIS_URL"):
-    CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": os.environ["REDIS_URL"]}}
+
+
+def _embedded_url():
+    """The URL of the demo's shared embedded store, if one is listening."""
+    try:
+        url = Path(os.environ.get("DEMO_STORE_FILE") or BASE_DIR / ".embedded-redis").read_text().strip()
+        host, port = url.removeprefix("redis://").split("/")[0].split(":")
+        with socket.create_connection((host, int(port)), timeout=0.2):
+            return url
+    except (OSError, ValueError):
+        return None
+
+
+REDIS_URL = os.environ.get("REDIS_URL") or _embedded_url()
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": REDIS_URL}}
 else:
     import fakeredis
 
@@ -57,6 +78,9 @@ else:
     }}
 
 DJANGO_GCRA = {
+    # ms. fakeredis runs Lua in Python, far slower than Redis: a production TIMEOUT (a few ms)
+    # would turn the demo's first decisions into fallbacks.
+    "TIMEOUT": 1000,
     "CACHE_ALIAS": "default",
     "KEY_PREFIX": "demo",
     "DESCRIPTORS": {"tenant": "demo.limits.tenant_of", "tier": "demo.limits.tier_of"},
@@ -73,7 +97,7 @@ DJANGO_GCRA = {
     },
 }
 
-# Surfaces demo (issue 3): the middleware applies ROUTES; DRF's rates feed the GCRA throttles.
+# The surfaces demo: the middleware applies ROUTES; DRF's rates feed the GCRA throttles.
 MIDDLEWARE += ["django_gcra.middleware.RateLimitMiddleware"]
 DJANGO_GCRA["POLICIES"]["routed"] = {"limits": [{"name": "ip", "key": ["ip"], "rate": "5/m", "burst": 3}]}
 DJANGO_GCRA["ROUTES"] = [{"path": r"^/surfaces/mw/", "policy": "routed"}]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from importlib import import_module
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -31,6 +32,8 @@ class Command(BaseCommand):
                 shape = f"burst {burst}" if not limit.sliding else f"{limit.algorithm}: N per rolling period"
                 self.stdout.write(f"  - {limit.name} [{policy.mode_of(limit)}] key {'+'.join(limit.key)}: {rates}, "
                                   f"{shape}")
+        self._inline()
+        self._drf_scopes()
         self._overrides()
         self._regions()
         self.stdout.write(self.style.MIGRATE_HEADING("Audit"))
@@ -70,6 +73,35 @@ class Command(BaseCommand):
             self.stdout.write(f"  {policy.name}: budget {budget.mode}{detail}")
         for line in regions.status_lines():
             self.stdout.write(f"  {line}")
+
+    def _inline(self) -> None:
+        """The inline ``@ratelimit`` limits of the views the URLconf imports."""
+        from django.conf import settings
+
+        from django_gcra.decorators import inline_limits
+
+        self.stdout.write(self.style.MIGRATE_HEADING("Inline @ratelimit limits (views imported by ROOT_URLCONF)"))
+        try:
+            import_module(settings.ROOT_URLCONF)
+        except Exception as exc:
+            self.stdout.write(self.style.ERROR(f"  ROOT_URLCONF does not import: {type(exc).__name__}: {exc}"))
+        if not inline_limits:
+            self.stdout.write("  none")
+        for name, (key, rate, burst, mode, on_failure) in sorted(inline_limits.items()):
+            burst_text = burst if burst is not None else "= rate count"
+            self.stdout.write(f"  - {name} [{mode}] key {'+'.join(key)}: {rate}, burst {burst_text}, "
+                              f"on_failure {on_failure}")
+
+    def _drf_scopes(self) -> None:
+        """DRF's throttle scopes, which the GCRA throttle classes read (not overridable in the admin)."""
+        from django.conf import settings
+
+        rates = (getattr(settings, "REST_FRAMEWORK", None) or {}).get("DEFAULT_THROTTLE_RATES") or {}
+        self.stdout.write(self.style.MIGRATE_HEADING("DRF throttle scopes (REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'])"))
+        if not rates:
+            self.stdout.write("  none")
+        for scope, rate in sorted(rates.items()):
+            self.stdout.write(f"  - {scope}: {rate}")
 
     def _overrides(self) -> None:
         from django_gcra.models import LimitOverride

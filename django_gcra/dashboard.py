@@ -1,0 +1,184 @@
+"""The dashboard: per policy and limit, what the limiter decided over a period, drawn as inline SVG.
+
+Counts come from ``tally`` (every process's decisions, per limit, in Redis); the top keys
+from the audit trail, with what each has left now (peeked); the breaker and fallback state
+from this (the admin's) process.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Sum
+from django.utils import timezone
+
+from . import fallback, tally
+from .conf import get_settings
+from .decorators import inline_limits
+from .forms import configured
+from .limiter import backend_for, plan
+from .models import AuditEvent, LimitOverride
+
+__all__ = ["PERIODS", "dashboard", "stacked_bars"]
+
+# period -> (length in seconds, bucket width, label)
+PERIODS: dict[str, tuple[int, int, str]] = {
+    "1h": (3600, tally.MINUTE, "last hour, per minute"),
+    "24h": (86400, tally.HOUR, "last 24 hours, per hour"),
+}
+DEFAULT_PERIOD = "1h"
+#: The series of a chart, bottom to top, and the outcome labels each sums.
+SERIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("allowed", ("allowed",)),
+    ("shadow_denied", ("shadow_denied",)),
+    ("denied", ("denied",)),
+    ("fallback", ("fallback_allowed", "fallback_denied", "unavailable")),
+)
+WIDTH, HEIGHT, SMALL_HEIGHT = 720, 120, 36
+
+
+@dataclass(frozen=True)
+class Rect:
+    series: str
+    x: float
+    y: float
+    width: float
+    height: float
+    count: int
+    start: datetime.datetime
+
+
+@dataclass
+class Row:
+    policy: str
+    limit: str
+    mode: str
+    rate: str
+    burst: str
+    overrides: int
+    source: str = "settings"  # settings | inline (@ratelimit) | code (DRF throttles, policies built in code)
+    counts: dict[str, int] = field(default_factory=dict)
+    bars: list[Rect] = field(default_factory=list)
+
+    @property
+    def denied_share(self) -> float | None:
+        seen = self.counts.get("seen", 0)
+        return None if not seen else 100.0 * self.counts.get("denied", 0) / seen
+
+    @property
+    def shadow_share(self) -> float | None:
+        seen = self.counts.get("seen", 0)
+        return None if not seen else 100.0 * self.counts.get("shadow_denied", 0) / seen
+
+
+def stacked_bars(buckets: list[int], series: dict[str, list[int]], width: float, height: float) -> list[Rect]:
+    """One stacked bar per bucket (``series`` bottom to top), scaled to the tallest bucket."""
+    if not buckets:
+        return []
+    totals = [sum(values[i] for values in series.values()) for i in range(len(buckets))]
+    peak = max(totals) or 1
+    step = width / len(buckets)
+    rects = []
+    for i, start in enumerate(buckets):
+        y = height
+        for name, values in series.items():
+            h = height * values[i] / peak
+            if values[i]:
+                y -= h
+                rects.append(Rect(name, round(i * step, 2), round(y, 2), round(max(step * 0.85, 1), 2), round(h, 2),
+                                  values[i], datetime.datetime.fromtimestamp(start, datetime.timezone.utc)))
+    return rects
+
+
+def _sum(raw: dict[tuple[str, str, str], list[int]], policy: str | None, limit: str | None,
+         outcomes: tuple[str, ...], n: int) -> list[int]:
+    out = [0] * n
+    for (p, lim, outcome), values in raw.items():
+        if outcome in outcomes and (policy is None or p == policy) and (limit is None or lim == limit):
+            for i, v in enumerate(values):
+                out[i] += v
+    return out
+
+
+def quota_now(row: dict[str, Any]) -> str:
+    """What a listed key has left now on its limit, peeked (cost 0: nothing consumed, no
+    decision observed); one script call per key, for the few keys the page lists."""
+    config = get_settings().policies.get(row["policy"])
+    found = (AuditEvent.objects.filter(policy=row["policy"], limit=row["limit"], key=row["key"])
+             .values_list("descriptors", flat=True).first())
+    if config is None or not isinstance(found, dict):
+        return ""
+    values: dict[str, Any] = {name: found.get(name) for name in config.descriptors}
+    try:
+        p = plan(config, values, 0)
+        index = next((i for i, planned in enumerate(p.limits) if planned.limit.name == row["limit"]), None)
+        if index is None:
+            return ""
+        outcome = backend_for(config).evaluate(p.specs, 0)
+    except Exception as exc:  # the page stays up; the cell says why
+        return f"? ({type(exc).__name__})"
+    left, burst = outcome.remaining[index], p.limits[index].burst
+    rested = outcome.reset_after[index] / 1e6
+    return f"{left} of {burst}" + (f", full in {rested:.1f} s" if left < burst else "")
+
+
+def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[str, Any]:
+    """Context for the dashboard page."""
+    period = period if period in PERIODS else DEFAULT_PERIOD
+    length, width, label = PERIODS[period]
+    now = time.time() if now is None else now
+    since = now - length
+    error = ""
+    try:
+        buckets, raw = tally.read(since, now, width)
+    except Exception as exc:  # the page still shows the configuration, the audit trail and this process
+        buckets, raw, error = [], {}, f"{type(exc).__name__}: {exc}"
+    n = len(buckets)
+    in_force: dict[tuple[str, str], int] = {}
+    for policy_name, limit_name in LimitOverride.objects.in_force().values_list("policy", "limit"):
+        in_force[(policy_name, limit_name)] = in_force.get((policy_name, limit_name), 0) + 1
+    rows = []
+    for policy in get_settings().policies.values():
+        for limit in policy.limits:
+            values = configured(limit)
+            rate = ", ".join(r if not t else f"{t}: {r}" for t, r in values["rates"].items())
+            burst = values["burst"] if values["burst"] is not None else values["burst_default"]
+            row = Row(policy.name, limit.name, policy.mode_of(limit), rate, "" if burst is None else str(burst),
+                      in_force.get((policy.name, limit.name), 0))
+            row.counts = {"seen": sum(_sum(raw, policy.name, limit.name, ("seen",), n))}
+            series = {name: _sum(raw, policy.name, limit.name, outcomes, n) for name, outcomes in SERIES}
+            row.counts.update({name: sum(v) for name, v in series.items()})
+            row.bars = stacked_bars(buckets, series, WIDTH / 3, SMALL_HEIGHT)
+            rows.append(row)
+    # Limits decided but not in POLICIES: inline @ratelimit limits, DRF throttles, policies built in code.
+    shown = {(r.policy, r.limit) for r in rows}
+    for policy_name, limit_name in sorted({(p, lim) for p, lim, _ in raw if lim and (p, lim) not in shown}):
+        inline = inline_limits.get(policy_name)
+        row = Row(policy_name, limit_name, inline[3] if inline else "", inline[1] if inline else "",
+                  "" if not inline or inline[2] is None else str(inline[2]), 0, source="inline" if inline else "code")
+        row.counts = {"seen": sum(_sum(raw, policy_name, limit_name, ("seen",), n))}
+        series = {name: _sum(raw, policy_name, limit_name, outcomes, n) for name, outcomes in SERIES}
+        row.counts.update({name: sum(v) for name, v in series.items()})
+        row.bars = stacked_bars(buckets, series, WIDTH / 3, SMALL_HEIGHT)
+        rows.append(row)
+    overall = {name: _sum(raw, None, None, outcomes, n) for name, outcomes in SERIES}
+    since_dt = datetime.datetime.fromtimestamp(since, datetime.timezone.utc)
+    top = list(AuditEvent.objects.filter(time__gte=since_dt)
+               .values("policy", "limit", "key", "outcome").annotate(total=Sum("count"))
+               .order_by("-total", "policy", "limit", "key")[:10])
+    for row in top:
+        row["quota"] = quota_now(row)
+    state = fallback.status()
+    return {
+        "period": period, "periods": [(k, v[2]) for k, v in PERIODS.items()], "period_label": label,
+        "since": since_dt, "until": datetime.datetime.fromtimestamp(now, datetime.timezone.utc),
+        "rows": rows, "error": error, "series": [name for name, _ in SERIES],
+        "totals": {name: sum(v) for name, v in overall.items()},
+        "bars": stacked_bars(buckets, overall, WIDTH, HEIGHT), "chart_width": WIDTH, "chart_height": HEIGHT,
+        "small_width": WIDTH / 3, "small_height": SMALL_HEIGHT,
+        "top": top, "breakers": state["breakers"], "fallback": state["fallback"],
+        "process_totals": sorted(tally.tally.totals.items()), "now": timezone.now(),
+    }
