@@ -2,7 +2,7 @@
 
 Every ID is listed in docs/reference/checks.md. Ranges: E001-E016 policies and top-level
 settings, E020-E029 surfaces, E030-E039 policy plane, E040-E049 resilience, E050-E059
-leases, E060-E069 DRF throttles.
+leases, E060-E069 DRF throttles, E070-E079 load shedding.
 """
 
 from __future__ import annotations
@@ -61,6 +61,17 @@ class Codes:
     BAD_LEASE_MAX_KEYS = "django_gcra.E053"
     LEASE_LOW_RATE = "django_gcra.W050"
     LEASE_SHADOW = "django_gcra.W051"
+
+    SHED_NOT_A_DICT = "django_gcra.E070"
+    SHED_UNKNOWN_KEY = "django_gcra.E071"
+    BAD_MAX_IN_FLIGHT = "django_gcra.E072"
+    BAD_MIN_IN_FLIGHT = "django_gcra.E073"
+    BAD_ADAPTIVE = "django_gcra.E074"
+    BAD_EXEMPT = "django_gcra.E075"
+    BAD_SHED_RETRY_AFTER = "django_gcra.E076"
+    BAD_SHED_INTERVAL = "django_gcra.E077"
+    BAD_MIN_RTT_SAMPLES = "django_gcra.E078"
+    BAD_SHED_FRACTION = "django_gcra.E079"
 
 
 @dataclass(frozen=True)
