@@ -94,3 +94,12 @@ urlpatterns = [
     path("health/", fast),
     path("health/peak/", peak),
 ]
+
+
+def shed_stats(request):
+    from django_gcra import shedding
+
+    return JsonResponse(shedding.stats().__dict__)
+
+
+urlpatterns.append(path("health/stats/", shed_stats))
