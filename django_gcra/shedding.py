@@ -17,6 +17,7 @@ streamed body holds it until the last chunk is sent or the stream is closed.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import threading
@@ -34,6 +35,9 @@ __all__ = ["FixedLimit", "GradientLimit", "LoadSheddingMiddleware", "Shedder", "
            "get_shedder", "overloaded_response", "stats"]
 
 MAX_SAMPLES = 4096  # latency samples kept per window: a p50 of the first 4096 is p50 enough
+LOG_INTERVAL = 10.0  # seconds between the log lines that count shed requests
+
+logger = logging.getLogger("django_gcra")
 
 
 class Limit(Protocol):
@@ -166,6 +170,7 @@ class Shedder:
         self.algorithm, self.clock = limit, clock
         self.lock = threading.Lock()
         self.in_flight = self.admitted = self.shed = 0
+        self._logged_shed, self._logged_at = 0, -math.inf
 
     def try_acquire(self) -> Slot | None:
         """A slot, or None when the process is at its limit (the request is shed)."""
@@ -174,10 +179,18 @@ class Shedder:
             self.algorithm.tick(now)
             if self.in_flight >= self.algorithm.limit:
                 self.shed += 1
+                if now - self._logged_at >= LOG_INTERVAL:
+                    self._log(now)
                 return None
             self.in_flight += 1
             self.admitted += 1
         return Slot(self, now)
+
+    def _log(self, now: float) -> None:
+        # One line per LOG_INTERVAL, not one per request: an overload must not also flood the logs.
+        logger.warning("django_gcra: load shedding answered %d request(s) 503 (limit %d, %d in flight)",
+                       self.shed - self._logged_shed, self.algorithm.limit, self.in_flight)
+        self._logged_shed, self._logged_at = self.shed, now
 
     def stats(self) -> SheddingStats:
         with self.lock:
@@ -259,6 +272,10 @@ def overloaded_response(retry_after: int) -> HttpResponse:
     response = HttpResponse(json.dumps(body), status=503, content_type="application/json")
     response["Retry-After"] = str(retry_after)
     response["Cache-Control"] = "no-store"
+    # Django logs every 5xx to django.request at ERROR (AdminEmailHandler builds a report
+    # for each, and mails ADMINS): shed requests are counted and logged by the shedder
+    # instead, once per LOG_INTERVAL. This is the mark Django's log_response sets itself.
+    response._has_been_logged = True  # type: ignore[attr-defined]
     return response
 
 

@@ -333,3 +333,32 @@ def test_prometheus_counts_shed_and_admitted_and_shows_the_limit(shed):
     assert Client().get("/fast/").status_code == 200
     assert value("django_gcra_shed_total") == before_shed + 1
     assert value("django_gcra_shed_admitted_total") == before_admitted + 1
+
+
+def test_a_shed_request_is_not_an_error_log_line_each_but_one_count_per_interval(shed, caplog):
+    shedder = shed(max_in_flight=1)
+    held = shedder.try_acquire()
+    with caplog.at_level("WARNING"):
+        for _ in range(3):
+            assert Client().get("/fast/").status_code == 503
+    held.release()
+    assert not [r for r in caplog.records if r.name == "django.request"]  # no ERROR (and no mail) per 503
+    assert [r.getMessage() for r in caplog.records if r.name == "django_gcra"] == [
+        "django_gcra: load shedding answered 1 request(s) 503 (limit 1, 1 in flight)"]
+
+
+def test_the_shed_count_is_logged_once_per_interval(caplog):
+    now = [0.0]
+    shedder = Shedder(FixedLimit(1), clock=lambda: now[0])
+    held = shedder.try_acquire()
+    with caplog.at_level("WARNING", logger="django_gcra"):
+        for _ in range(5):
+            assert shedder.try_acquire() is None
+        now[0] = shedding.LOG_INTERVAL - 0.1
+        assert shedder.try_acquire() is None
+        now[0] = shedding.LOG_INTERVAL
+        assert shedder.try_acquire() is None
+    held.release()
+    assert [r.getMessage() for r in caplog.records] == [
+        "django_gcra: load shedding answered 1 request(s) 503 (limit 1, 1 in flight)",
+        "django_gcra: load shedding answered 6 request(s) 503 (limit 1, 1 in flight)"]

@@ -4,14 +4,16 @@ counted inside it), through LoadSheddingMiddleware.
 
 Each attempt measures the unloaded p99 (4 clients, under any cap) on the same server,
 then sends 16 clients: twice the fixed cap of 8. Admitted requests' p99 must stay under
-``bound(unloaded)`` while the rest get fast 503s with Retry-After, the exempt health path
+``bound(unloaded)`` while the rest get fast 503s with Retry-After (their median under half
+the unloaded median), the exempt health path
 is never shed, and the view never sees more than the cap. The control runs the same
-overload without the middleware and shows that the same bound then fails.
+overload without the middleware and shows that the same bound then fails: even the
+median of admitted requests is over it.
 
 Latency on a shared machine only ever gains noise, so the timing claims get up to
 ``ATTEMPTS`` measurements and hold if one of them shows them (the best of several runs,
 as benchmarks take); everything else must hold in every attempt. Without shedding the
-admitted p99 is about 450 ms against a bound of about 350 ms, in every attempt.
+admitted median is about 450 ms against a bound of about 350 ms.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ pytestmark = pytest.mark.slow
 
 CAP = 8
 CLIENTS = 2 * CAP
-SETTLE = 1.5  # seconds of the overload phase before latencies count (the adaptive limit falls meanwhile)
+SETTLE = 2.0  # seconds of the overload phase before latencies count (the adaptive limit falls meanwhile)
+# A sample window of the adaptive limit holds about ten completions at these latencies
+# (docs/howto/shedding.md: fewer make its median noisy and the limit jump).
+SAMPLE_INTERVAL = 0.5
 ATTEMPTS = 3
 
 
@@ -73,7 +78,7 @@ def attempt(server: ShedServer) -> dict:
 def test_admitted_p99_stays_near_unloaded_and_the_rest_are_fast_503s(mode, max_in_flight):
     # adaptive: max_in_flight alone would shed nothing at 16 clients; the gradient limit must.
     seen_timing = []
-    with ShedServer(mode, max_in_flight) as server:
+    with ShedServer(mode, max_in_flight, sample_interval=SAMPLE_INTERVAL) as server:
         load(server.port, 4, 1.5)  # warm up (the adaptive limit measures its minRTT here)
         for _ in range(ATTEMPTS):
             seen = attempt(server)
@@ -88,17 +93,24 @@ def test_admitted_p99_stays_near_unloaded_and_the_rest_are_fast_503s(mode, max_i
             if mode == "adaptive":
                 assert seen["stats"]["min_rtt"] is not None and seen["stats"]["limit"] < max_in_flight
             timing = (p99(seen["admitted"]), seen["unloaded_p99"],
-                      percentile([r.latency for r in shed], 0.9), seen["unloaded_p50"])
+                      percentile([r.latency for r in shed], 0.5), seen["unloaded_p50"])
             seen_timing.append(timing)
-            if timing[0] < bound(timing[1]) and timing[2] < timing[3]:  # a 503 costs no view
+            if timing[0] < bound(timing[1]) and timing[2] < timing[3] / 2:  # a 503 costs no view
                 return
-    pytest.fail(f"(admitted p99, unloaded p99, 503 p90, unloaded p50) in every attempt: {seen_timing}")
+    pytest.fail(f"(admitted p99, unloaded p99, 503 p50, unloaded p50) in every attempt: {seen_timing}")
 
 
 def test_without_shedding_the_same_overload_breaks_the_bound():
+    # The median, not the p99, of admitted requests: noise cannot push it over the bound.
+    seen_timing = []
     with ShedServer("off", CAP) as server:
         load(server.port, 4, 1.5)
-        seen = attempt(server)
-    assert {r.status for r in seen["over"]} == {200}
-    assert seen["peak"] > CAP
-    assert p99(seen["admitted"]) > bound(seen["unloaded_p99"]), (p99(seen["admitted"]), seen["unloaded_p99"])
+        for _ in range(ATTEMPTS):
+            seen = attempt(server)
+            assert {r.status for r in seen["over"]} == {200}
+            assert seen["peak"] > CAP
+            timing = (percentile(seen["admitted"], 0.5), seen["unloaded_p99"])
+            seen_timing.append(timing)
+            if timing[0] > bound(timing[1]):
+                return
+    pytest.fail(f"(admitted p50, unloaded p99) in every attempt: {seen_timing}")

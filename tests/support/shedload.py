@@ -10,10 +10,12 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.support.servers import free_port
 
@@ -31,6 +33,7 @@ class ShedServer:
     sample_interval: float = 0.1
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
+    log: Any = None
 
     def start(self, timeout: float = 20.0) -> ShedServer:
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.shed_settings", "SHED_MODE": self.mode,
@@ -41,11 +44,14 @@ class ShedServer:
                "--worker-class", "gthread", "--threads", str(self.threads), "--backlog", "512",
                "--timeout", "30", "--graceful-timeout", "2", "--keep-alive", "0", "--log-level", "warning",
                "tests.shed_wsgi:application"]
-        self.process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # The server's log goes to a file: a pipe nobody reads would block it once full.
+        self.log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"gunicorn exited: {self.process.stderr.read().decode()[-2000:]}")
+                self.log.seek(0)
+                raise RuntimeError(f"gunicorn exited: {self.log.read().decode()[-2000:]}")
             try:
                 if get(self.port, "/health/")[0] == 200:
                     return self
@@ -63,6 +69,9 @@ class ShedServer:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
     def json(self, path: str) -> dict:
         status, _, body = get(self.port, path)
@@ -97,7 +106,7 @@ class Result:
 
 
 def load(port: int, clients: int, seconds: float, path: str = "/loaded/", max_requests: int = 5000,
-         pause_after_503: float = 0.05) -> list[Result]:
+         pause_after_503: float = 0.1) -> list[Result]:
     """``clients`` threads, each sending one request at a time for ``seconds`` (at most
     ``max_requests`` in all); a client pauses ``pause_after_503`` after a 503 before its
     next request (a client retrying soon, not a busy loop)."""
