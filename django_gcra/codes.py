@@ -2,7 +2,8 @@
 
 Every ID is listed in docs/reference/checks.md. Ranges: E001-E019 policies and top-level
 settings, E020-E029 surfaces, E030-E039 policy plane, E040-E049 resilience, E050-E059
-leases, E060-E069 DRF throttles, E080-E089 multi-region budgets.
+leases, E060-E069 DRF throttles, E070-E079 load shedding,
+E080-E089 multi-region budgets.
 """
 
 from __future__ import annotations
@@ -73,6 +74,17 @@ class Codes:
     DRF_PROXIES_DISAGREE = "django_gcra.W061"
     DRF_UNHONOURED_OVERRIDE = "django_gcra.W062"
     DRF_ZERO_RATE = "django_gcra.W063"
+
+    SHED_NOT_A_DICT = "django_gcra.E070"
+    SHED_UNKNOWN_KEY = "django_gcra.E071"
+    BAD_MAX_IN_FLIGHT = "django_gcra.E072"
+    BAD_MIN_IN_FLIGHT = "django_gcra.E073"
+    BAD_ADAPTIVE = "django_gcra.E074"
+    BAD_EXEMPT = "django_gcra.E075"
+    BAD_SHED_RETRY_AFTER = "django_gcra.E076"
+    BAD_SHED_INTERVAL = "django_gcra.E077"
+    BAD_MIN_RTT_SAMPLES = "django_gcra.E078"
+    BAD_SHED_FRACTION = "django_gcra.E079"
 
     BAD_REGIONS = "django_gcra.E080"
     REGION_UNKNOWN_ALIAS = "django_gcra.E081"

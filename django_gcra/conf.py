@@ -9,6 +9,7 @@ register a callback with ``on_change``; the one ``setting_changed`` receiver her
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -24,8 +25,8 @@ from .policy import Policy, parse_policy
 from .routes import Route, parse_routes
 from .validation import is_int, is_number
 
-__all__ = ["AUDIT_DEFAULTS", "DEFAULTS", "AuditSettings", "BreakerSettings", "Settings", "generation",
-           "get_settings", "on_change", "problems"]
+__all__ = ["AUDIT_DEFAULTS", "DEFAULTS", "SHEDDING_DEFAULTS", "AuditSettings", "BreakerSettings", "Settings",
+           "SheddingSettings", "generation", "get_settings", "on_change", "problems"]
 
 AUDIT_DEFAULTS: dict[str, Any] = {
     "ENABLED": True,
@@ -34,6 +35,20 @@ AUDIT_DEFAULTS: dict[str, Any] = {
     "RETENTION_DAYS": 30,  # gcra_prune_audit deletes older rows
 }
 BREAKER_DEFAULTS: dict[str, Any] = {"failures": 5, "cooldown": 1.0}
+# Load shedding (docs/howto/shedding.md): LoadSheddingMiddleware's per-process cap. The
+# adaptive limit is Envoy's adaptive-concurrency gradient controller; its defaults are Envoy's.
+SHEDDING_DEFAULTS: dict[str, Any] = {
+    "max_in_flight": 64,  # the cap on requests in flight in this process (the adaptive limit's ceiling)
+    "adaptive": True,  # lower the cap when latency rises (gradient controller)
+    "min_in_flight": 3,  # the adaptive limit's floor (Envoy's min_concurrency)
+    "exempt": [],  # path regexes (re.search on path_info) never shed, e.g. r"^/health/"
+    "retry_after": 1,  # seconds, sent with every 503
+    "sample_interval": 0.1,  # seconds of latency samples per limit update (concurrency_update_interval)
+    "min_rtt_interval": 60.0,  # seconds between minRTT measurements
+    "min_rtt_samples": 50,  # requests measured at the floor for one minRTT (request_count)
+    "buffer": 0.25,  # latency above minRTT tolerated before the limit falls (min_rtt buffer)
+    "jitter": 0.15,  # minRTT measurements are delayed by up to this fraction of min_rtt_interval
+}
 
 DEFAULTS: dict[str, Any] = {
     "CACHE_ALIAS": "default",
@@ -61,12 +76,14 @@ DEFAULTS: dict[str, Any] = {
     "LEASE_MAX_KEYS": 10_000,  # leased keys kept per policy and process
     # Multi-region budgets (docs/howto/multi-region.md): {"local", "caches", "rebalance_interval", ...}
     "REGIONS": None,
+    "SHEDDING": SHEDDING_DEFAULTS,
 }
 
 HEADER_STYLES = ("draft-11", "draft-03", "x-ratelimit", "none")
 SLOW_TIMEOUT_MS = 1000  # above this a slow Redis visibly stalls every request (W040)
 MAX_SECONDS = 86_400.0  # the longest interval any timing setting may have
 MIN_FLUSH_INTERVAL = 0.05  # seconds; a shorter audit flush interval is a busy loop
+MAX_RETRY_AFTER = 60  # seconds; shedding answers a momentary overload, so its Retry-After stays small
 
 
 @dataclass(frozen=True)
@@ -81,6 +98,20 @@ class AuditSettings:
 class BreakerSettings:
     failures: int = 5  # consecutive failures that open the circuit
     cooldown: float = 1.0  # seconds before a probe
+
+
+@dataclass(frozen=True)
+class SheddingSettings:
+    max_in_flight: int = 64
+    adaptive: bool = True
+    min_in_flight: int = 3
+    exempt: tuple[re.Pattern[str], ...] = ()
+    retry_after: int = 1
+    sample_interval: float = 0.1
+    min_rtt_interval: float = 60.0
+    min_rtt_samples: int = 50
+    buffer: float = 0.25
+    jitter: float = 0.15
 
 
 @dataclass(frozen=True)
@@ -107,6 +138,7 @@ class Settings:
     fallback_log_interval: float = 10.0
     lease_max_keys: int = 10_000
     regions: RegionSettings | None = None  # None: one region, every limit enforced whole
+    shedding: SheddingSettings = SheddingSettings()
 
 
 class _Reader:
@@ -200,7 +232,7 @@ def _build() -> tuple[Settings, tuple[Problem, ...]]:
         cache_alias=str(cache_alias), prefix=prefix, descriptors=MappingProxyType(descriptors),
         policies=MappingProxyType(policies), routes=routes, default_tier=default_tier,
         fallback_processes=fallback_processes, fallback_log_interval=float(log_interval), lease_max_keys=max_keys,
-        regions=regions, **surfaces, **timing)
+        regions=regions, shedding=_shedding(read), **surfaces, **timing)
     return built, tuple(found)
 
 
@@ -311,6 +343,61 @@ def _breaker(read: _Reader) -> BreakerSettings:
                                   "{'failures': int >= 1, 'cooldown': finite seconds > 0}."))
         return BreakerSettings()
     return BreakerSettings(failures, float(cooldown))  # type: ignore[arg-type]
+
+
+def _shedding(read: _Reader) -> SheddingSettings:
+    raw = read.raw.get("SHEDDING", SHEDDING_DEFAULTS)
+    found = read.found
+    if not isinstance(raw, Mapping):
+        found.append(Problem(Codes.SHED_NOT_A_DICT, f"DJANGO_GCRA['SHEDDING'] is {raw!r}; it must be a dict."))
+        return SheddingSettings()
+    for key in sorted(set(raw) - set(SHEDDING_DEFAULTS), key=str):
+        found.append(Problem(Codes.SHED_UNKNOWN_KEY, f"DJANGO_GCRA['SHEDDING'] has an unknown key {key!r}.",
+                             f"Use {', '.join(SHEDDING_DEFAULTS)}."))
+    values = {**SHEDDING_DEFAULTS, **{k: v for k, v in raw.items() if k in SHEDDING_DEFAULTS}}
+
+    def bad(key: str, code: str, expected: str) -> None:
+        found.append(Problem(code, f"DJANGO_GCRA['SHEDDING'][{key!r}] is {values[key]!r}; it must be {expected}."))
+        values[key] = SHEDDING_DEFAULTS[key]
+
+    if not is_int(values["max_in_flight"], 1, 1_000_000):
+        bad("max_in_flight", Codes.BAD_MAX_IN_FLIGHT, "an integer from 1 to 1000000")
+    if "min_in_flight" not in raw:  # the default floor, under a smaller cap
+        values["min_in_flight"] = min(values["min_in_flight"], values["max_in_flight"])
+    elif not is_int(values["min_in_flight"], 1, values["max_in_flight"]):
+        bad("min_in_flight", Codes.BAD_MIN_IN_FLIGHT, f"an integer from 1 to max_in_flight ({values['max_in_flight']})")
+        values["min_in_flight"] = min(values["min_in_flight"], values["max_in_flight"])
+    if not isinstance(values["adaptive"], bool):
+        bad("adaptive", Codes.BAD_ADAPTIVE, "True or False")
+    exempt = _exempt(values["exempt"])
+    if exempt is None:
+        bad("exempt", Codes.BAD_EXEMPT, "a list of regular expressions (strings)")
+        exempt = ()
+    if not is_int(values["retry_after"], 1, MAX_RETRY_AFTER):
+        bad("retry_after", Codes.BAD_SHED_RETRY_AFTER, f"an integer number of seconds from 1 to {MAX_RETRY_AFTER}")
+    for key in ("sample_interval", "min_rtt_interval"):
+        if not is_number(values[key], 0.001, maximum=MAX_SECONDS):
+            bad(key, Codes.BAD_SHED_INTERVAL, f"a finite number of seconds from 0.001 to {MAX_SECONDS:g}")
+    if not is_int(values["min_rtt_samples"], 1, 100_000):
+        bad("min_rtt_samples", Codes.BAD_MIN_RTT_SAMPLES, "an integer from 1 to 100000")
+    for key, top in (("buffer", 10.0), ("jitter", 1.0)):
+        if not is_number(values[key], 0, maximum=top):
+            bad(key, Codes.BAD_SHED_FRACTION, f"a finite fraction from 0 to {top:g}")
+    return SheddingSettings(
+        max_in_flight=values["max_in_flight"], adaptive=values["adaptive"], min_in_flight=values["min_in_flight"],
+        exempt=exempt, retry_after=values["retry_after"], sample_interval=float(values["sample_interval"]),
+        min_rtt_interval=float(values["min_rtt_interval"]), min_rtt_samples=values["min_rtt_samples"],
+        buffer=float(values["buffer"]), jitter=float(values["jitter"]))
+
+
+def _exempt(value: Any) -> tuple[re.Pattern[str], ...] | None:
+    """The compiled exempt regexes, or None when ``value`` is not a list of valid ones."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
+        return None
+    try:
+        return tuple(re.compile(item) for item in value)
+    except re.error:
+        return None
 
 
 def _local_fallback_problems(policies: Mapping[str, Policy]) -> list[Problem]:

@@ -16,9 +16,10 @@ from .conf import get_settings
 from .identity import url_name
 from .plan import get_policy
 from .routes import Route
+from .shedding import LoadSheddingMiddleware
 from .surface import adecide_request, arespond, decide_request, respond
 
-__all__ = ["RateLimitMiddleware", "match_route"]
+__all__ = ["LoadSheddingMiddleware", "RateLimitMiddleware", "match_route"]
 
 
 def match_route(request: HttpRequest) -> Route | None:
