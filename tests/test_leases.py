@@ -371,6 +371,18 @@ async def test_adecide_uses_the_lease_on_the_native_async_client(real_redis, gcr
     assert lease_stats()["search"].local == 25 - (HOT_AFTER - 1 + 3)
 
 
+async def test_an_async_prefetch_runs_as_a_task_of_the_event_loop(real_redis, gcra_settings):
+    from django_gcra.backends import lease_backend
+
+    gcra_settings(POLICIES={"search": lease_policy(rate="1000/s", burst=100, low_water=3)})
+    for _ in range(HOT_AFTER - 1 + 7):  # the cold decisions, a lease of 10, then 6 from it: 3 left
+        assert (await adecide("search", {"ip": "pre"})).allowed
+    assert len(lease_backend._tasks) == 1  # the prefetch: a task of this loop, not the thread
+    await asyncio.wait_for(asyncio.gather(*lease_backend._tasks), 10)
+    stats = lease_stats()["search"]
+    assert (stats.store_calls, stats.held_units, stats.leased_units) == (HOT_AFTER - 1 + 2, 13, 20)
+
+
 def test_single_unit_fallback_on_redis(real_redis, gcra_settings):
     gcra_settings(POLICIES={"edge": lease_policy(rate="1/s", burst=5, size=4, ttl=4.0)})
     policy = get_policy("edge")

@@ -24,6 +24,7 @@ held for a few integer operations, and one ``Outcome``: no other object is made.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -69,9 +70,10 @@ class LeasingBackend(Backend):
         self._heat: dict[str, tuple[int, float]] = {}  # cold key -> (store decisions, since)
         self._next_sweep = 0.0
 
-    def _local(self, specs: Sequence[LimitSpec], cost: int) -> Outcome | None:
+    def _local(self, specs: Sequence[LimitSpec], cost: int, in_loop: bool = False) -> Outcome | None:
         """The local path: a leased key whose unexpired lease covers ``cost``, served
-        with one dict lookup and a few integer operations under the key's lock."""
+        with one dict lookup and a few integer operations under the key's lock.
+        ``in_loop``: called from a coroutine (a prefetch then runs as a task of the loop)."""
         if len(specs) != 1:
             return None
         spec = specs[0]
@@ -86,8 +88,19 @@ class LeasingBackend(Backend):
             state.local += 1
             if self.low_water and state.held <= self.low_water and not state.refilling:
                 state.claim()
-                self.prefetch(lambda: self._prefetch(state))
+                self._start_prefetch(state, in_loop)
             return state.outcome(now)
+
+    def _start_prefetch(self, state: KeyLease, in_loop: bool) -> None:
+        """Top ``state`` up off the request path: in a coroutine, as a task of its event
+        loop (its call goes out with the loop's next batch, and no thread competes for the
+        GIL); otherwise on the background thread (``prefetch``)."""
+        if in_loop and self.prefetch is _submit:
+            task = asyncio.get_running_loop().create_task(self._aprefetch(state))
+            _tasks.add(task)
+            task.add_done_callback(_tasks.discard)
+        else:
+            self.prefetch(lambda: self._prefetch(state))
 
     def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
         served = self._local(specs, cost)
@@ -114,7 +127,7 @@ class LeasingBackend(Backend):
         return self._refilled(state, need, own, started, outcome)  # type: ignore[return-value]
 
     async def aevaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
-        served = self._local(specs, cost)
+        served = self._local(specs, cost, in_loop=True)
         if served is not None:
             return served
         if not self._leasable(specs, cost):
@@ -122,7 +135,7 @@ class LeasingBackend(Backend):
         state = self._hot(specs[0])
         if state is None:
             return self._direct(None, await self.inner.aevaluate(specs, cost))
-        served, own = self._serve(state, specs[0], cost)  # never awaits while holding a lock
+        served, own = self._serve(state, specs[0], cost, in_loop=True)  # never awaits while holding a lock
         if served is not None:
             return served
         if own is None:  # waiting for the refill would block the loop: decide this one directly
@@ -167,7 +180,8 @@ class LeasingBackend(Backend):
                 state = self._keys[key] = KeyLease(spec)
             return state
 
-    def _serve(self, state: KeyLease, spec: LimitSpec, cost: int) -> tuple[Outcome | None, Held | None]:
+    def _serve(self, state: KeyLease, spec: LimitSpec, cost: int,
+               in_loop: bool = False) -> tuple[Outcome | None, Held | None]:
         """Serve from memory when the lease covers ``cost`` (or a remembered denial does).
         Otherwise, unless a refill is in flight ((None, None): decide directly), claim the
         refill and the units still held, which the refill spends first: (None, units)."""
@@ -181,7 +195,7 @@ class LeasingBackend(Backend):
                 state.local += 1
                 if self.low_water and state.held <= self.low_water and not state.refilling:
                     state.claim()
-                    self.prefetch(lambda: self._prefetch(state))
+                    self._start_prefetch(state, in_loop)
                 served = state.outcome(now)
             elif state.denies(now, cost):
                 state.local += 1
@@ -232,6 +246,19 @@ class LeasingBackend(Backend):
             outcome = self.inner.take([state.spec], self.size, 1)
         except BackendError as exc:  # the next request that needs the store will see it too
             logger.debug("django_gcra: lease prefetch failed: %s", exc)
+        self._prefetched(state, started, outcome)
+
+    async def _aprefetch(self, state: KeyLease) -> None:
+        """``_prefetch`` as a task of the event loop."""
+        started, outcome = self.clock(), None
+        try:
+            outcome = await self.inner.atake([state.spec], self.size, 1)
+        except BackendError as exc:
+            logger.debug("django_gcra: lease prefetch failed: %s", exc)
+        finally:
+            self._prefetched(state, started, outcome)
+
+    def _prefetched(self, state: KeyLease, started: float, outcome: Outcome | None) -> None:
         granted = (outcome.granted or 0) if outcome is not None else 0
         with state.lock:
             state.settle()
@@ -293,6 +320,7 @@ class LeasingBackend(Backend):
 
 # One background thread runs prefetches, so a hot key rarely waits on the store.
 _executor: ThreadPoolExecutor | None = None
+_tasks: set[asyncio.Task[None]] = set()  # prefetches running as event-loop tasks (strong references)
 _executor_lock = threading.Lock()
 
 
