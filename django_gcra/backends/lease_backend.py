@@ -70,15 +70,11 @@ class LeasingBackend(Backend):
         self._heat: dict[str, tuple[int, float]] = {}  # cold key -> (store decisions, since)
         self._next_sweep = 0.0
 
-    def _local(self, specs: Sequence[LimitSpec], cost: int, in_loop: bool = False) -> Outcome | None:
+    def _local(self, state: KeyLease, spec: LimitSpec, cost: int, in_loop: bool) -> Outcome | None:
         """The local path: a leased key whose unexpired lease covers ``cost``, served
-        with one dict lookup and a few integer operations under the key's lock.
+        with a few integer operations under the key's lock.
         ``in_loop``: called from a coroutine (a prefetch then runs as a task of the loop)."""
-        if len(specs) != 1:
-            return None
-        spec = specs[0]
-        state = self._keys.get(spec.key)
-        if state is None or state.spec != spec or not 0 < cost <= state.held:
+        if state.spec != spec or not 0 < cost <= state.held:
             return None
         now = self.clock()
         with state.lock:
@@ -103,14 +99,18 @@ class LeasingBackend(Backend):
             self.prefetch(lambda: self._prefetch(state))
 
     def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
-        served = self._local(specs, cost)
-        if served is not None:
-            return served
+        if len(specs) == 1:  # one dict lookup: a leased key's lease, or a cold key's heat
+            spec = specs[0]
+            state = self._keys.get(spec.key)
+            if state is not None:
+                served = self._local(state, spec, cost, False)
+                if served is not None:
+                    return served
+            elif self._cold(spec, cost):
+                return self._counted(self.inner.evaluate(specs, cost))
         if not self._leasable(specs, cost):
-            return self._direct(None, self.inner.evaluate(specs, cost))
-        state = self._hot(specs[0])
-        if state is None:
-            return self._direct(None, self.inner.evaluate(specs, cost))
+            return self._counted(self.inner.evaluate(specs, cost))
+        state = self._state(specs[0])
         served, own = self._serve(state, specs[0], cost)
         if served is None and own is None and state.settled.wait(REFILL_WAIT):
             served, own = self._serve(state, specs[0], cost)  # another thread refilled: try again
@@ -127,14 +127,18 @@ class LeasingBackend(Backend):
         return self._refilled(state, need, own, started, outcome)  # type: ignore[return-value]
 
     async def aevaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
-        served = self._local(specs, cost, in_loop=True)
-        if served is not None:
-            return served
+        if len(specs) == 1:
+            spec = specs[0]
+            state = self._keys.get(spec.key)
+            if state is not None:
+                served = self._local(state, spec, cost, True)
+                if served is not None:
+                    return served
+            elif self._cold(spec, cost):
+                return self._counted(await self.inner.aevaluate(specs, cost))
         if not self._leasable(specs, cost):
-            return self._direct(None, await self.inner.aevaluate(specs, cost))
-        state = self._hot(specs[0])
-        if state is None:
-            return self._direct(None, await self.inner.aevaluate(specs, cost))
+            return self._counted(await self.inner.aevaluate(specs, cost))
+        state = self._state(specs[0])
         served, own = self._serve(state, specs[0], cost, in_loop=True)  # never awaits while holding a lock
         if served is not None:
             return served
@@ -152,26 +156,37 @@ class LeasingBackend(Backend):
     def _leasable(specs: Sequence[LimitSpec], cost: int) -> bool:
         return len(specs) == 1 and specs[0].enforce and 0 < cost <= specs[0].burst
 
-    def _hot(self, spec: LimitSpec) -> KeyLease | None:
-        """The key's lease, or None while the key is cold: this store decision is counted
-        and, at the ``hot_after``-th within one ttl, the key gets a lease."""
-        key = spec.key
-        state = self._keys.get(key)
-        if state is not None:
-            return state
-        now = self.clock()
-        if self.hot_after > 1:
-            count, since = self._heat.get(key, (0, now))
-            if now - since > self.ttl:
-                count, since = 0, now
-            count += 1
-            if count < self.hot_after:
-                heat = self._heat
-                if len(heat) >= self.max_keys and key not in heat:
-                    heat.clear()  # bounded: a key this rare is cold anyway
-                heat[key] = (count, since)
-                return None
-            self._heat.pop(key, None)
+    def _cold(self, spec: LimitSpec, cost: int) -> bool:
+        """True: decide directly on the store (a key without a lease that is still cold, or
+        a decision no lease could answer); the key's store decisions are counted, and
+        False at the ``hot_after``-th within one ttl: the key gets a lease now."""
+        if not (spec.enforce and 0 < cost <= spec.burst):
+            return True
+        if self.hot_after <= 1:
+            return False
+        key, now, heat = spec.key, self.clock(), self._heat
+        seen = heat.get(key)
+        if seen is None or now - seen[1] > self.ttl:
+            if len(heat) >= self.max_keys:
+                heat.clear()  # bounded: a key this rare is cold anyway
+            heat[key] = (1, now)
+            return True
+        if seen[0] + 1 < self.hot_after:
+            heat[key] = (seen[0] + 1, seen[1])
+            return True
+        heat.pop(key, None)
+        return False
+
+    def _counted(self, outcome: Outcome) -> Outcome:
+        """A direct store decision without a lease, counted."""
+        with self._stats_lock:
+            self._stats.decisions += 1
+            self._stats.store_calls += 1
+        return outcome
+
+    def _state(self, spec: LimitSpec) -> KeyLease:
+        """The key's lease, made if the key has none yet."""
+        key, now = spec.key, self.clock()
         with self._keys_lock:
             state = self._keys.get(key)
             if state is None:
