@@ -46,6 +46,11 @@ def _callables() -> list[Problem]:
             found.append(Problem(Codes.BAD_DESCRIPTOR_PATH, f"DJANGO_GCRA['DESCRIPTORS'][{name!r}]: {path!r} does "
                                  "not import, or is not callable.",
                                  "Give a dotted path to a callable taking the request."))
+    for policy in config.policies.values():
+        if policy.budget is not None and policy.budget.home is not None and not _importable(policy.budget.home):
+            found.append(Problem(Codes.BAD_HOME, f"DJANGO_GCRA['POLICIES'][{policy.name!r}]['budget']['home']: "
+                                 f"{policy.budget.home!r} does not import, or is not callable.",
+                                 "Give a dotted path to a callable taking the descriptors and returning a region."))
     if config.denied_view and not _importable(config.denied_view):
         found.append(Problem(Codes.BAD_DENIED_VIEW, f"DJANGO_GCRA['DENIED_VIEW'] {config.denied_view!r} does not "
                              "import, or is not callable.",

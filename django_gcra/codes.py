@@ -2,7 +2,7 @@
 
 Every ID is listed in docs/reference/checks.md. Ranges: E001-E016 policies and top-level
 settings, E020-E029 surfaces, E030-E039 policy plane, E040-E049 resilience, E050-E059
-leases, E060-E069 DRF throttles.
+leases, E060-E069 DRF throttles, E080-E089 multi-region budgets.
 """
 
 from __future__ import annotations
@@ -70,6 +70,17 @@ class Codes:
     DRF_PROXIES_DISAGREE = "django_gcra.W061"
     DRF_UNHONOURED_OVERRIDE = "django_gcra.W062"
     DRF_ZERO_RATE = "django_gcra.W063"
+
+    BAD_REGIONS = "django_gcra.E080"
+    REGION_UNKNOWN_ALIAS = "django_gcra.E081"
+    REGION_LOCAL_UNKNOWN = "django_gcra.E082"
+    BAD_REBALANCE_INTERVAL = "django_gcra.E083"
+    BAD_BUDGET = "django_gcra.E084"
+    BAD_FIXED_SHARES = "django_gcra.E085"
+    BAD_REGION_TUNING = "django_gcra.E086"
+    REGION_CACHE_ALIAS = "django_gcra.E087"
+    BAD_HOME = "django_gcra.E088"
+    BUDGET_WITHOUT_REGIONS = "django_gcra.W080"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+from .budgets import RegionSettings, budget_problems, parse_regions
 from .codes import Codes, Problem
 from .policy import Policy, parse_policy
 from .routes import Route, parse_routes
@@ -58,6 +59,8 @@ DEFAULTS: dict[str, Any] = {
     "FALLBACK_PROCESSES": 1,
     "FALLBACK_LOG_INTERVAL": 10.0,
     "LEASE_MAX_KEYS": 10_000,  # leased keys kept per policy and process
+    # Multi-region budgets (docs/howto/multi-region.md): {"local", "caches", "rebalance_interval", ...}
+    "REGIONS": None,
 }
 
 HEADER_STYLES = ("draft-11", "draft-03", "x-ratelimit", "none")
@@ -103,6 +106,7 @@ class Settings:
     fallback_processes: int = 1
     fallback_log_interval: float = 10.0
     lease_max_keys: int = 10_000
+    regions: RegionSettings | None = None  # None: one region, every limit enforced whole
 
 
 class _Reader:
@@ -181,12 +185,22 @@ def _build() -> tuple[Settings, tuple[Problem, ...]]:
                              "Give the most leased keys a process keeps per policy: a positive int."))
         max_keys = DEFAULTS["LEASE_MAX_KEYS"]
     cache_alias = read.get("CACHE_ALIAS")
+    regions = parse_regions(read.get("REGIONS"), getattr(django_settings, "CACHES", {}), found)
+    found += budget_problems(policies, regions)
+    if regions is not None:  # decisions run on the local region's Redis
+        local_alias = regions.caches[regions.local]
+        if "CACHE_ALIAS" not in raw:
+            cache_alias = local_alias
+        elif cache_alias != local_alias:
+            found.append(Problem(Codes.REGION_CACHE_ALIAS, f"DJANGO_GCRA['CACHE_ALIAS'] is {cache_alias!r} but the "
+                                 f"local region {regions.local!r} is served by {local_alias!r}.",
+                                 "Leave CACHE_ALIAS unset with REGIONS (it is the local region's alias)."))
     found += _cache_problems(cache_alias)
     built = Settings(
         cache_alias=str(cache_alias), prefix=prefix, descriptors=MappingProxyType(descriptors),
         policies=MappingProxyType(policies), routes=routes, default_tier=default_tier,
         fallback_processes=fallback_processes, fallback_log_interval=float(log_interval), lease_max_keys=max_keys,
-        **surfaces, **timing)
+        regions=regions, **surfaces, **timing)
     return built, tuple(found)
 
 

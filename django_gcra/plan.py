@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from . import overrides
+from . import overrides, regions
 from .backends import LimitSpec
 from .conf import get_settings, on_change
 from .keys import build_key, escape
@@ -87,6 +87,7 @@ class PlanMemo:
 
 _plans = PlanMemo()
 on_change(_plans.clear)
+regions.state.listeners.append(_plans.clear)  # new shares: new specs
 
 
 def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) -> Plan:
@@ -113,6 +114,9 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
                 value = str(value)
             values[name] = value
         memo_key.append(value)
+    shares = regions.tick()  # the share table's version; None without REGIONS
+    if shares is not None:
+        memo_key.append(shares)
     index = overrides.cache.get()
     if pol.name in index:  # overrides match on values and expire: resolve every time
         return _resolve(pol, cost, values, tier, index)
@@ -144,7 +148,8 @@ def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, i
                 continue  # turned off by an override
             rate, burst, mode = effective
         planned.append(PlannedLimit(limit, rate, burst, mode))
-        specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), rate.interval, burst,
+        interval, spec_burst = regions.scale(rate.interval, burst, regions.share_of(pol, limit, values))
+        specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), interval, spec_burst,
                                mode == "enforce"))
     counted = tuple(i for i, pl in enumerate(planned) if pl.mode == "enforce") or tuple(range(len(planned)))
     return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted)

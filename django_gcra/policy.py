@@ -13,6 +13,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from .budgets import Budget, parse_budget
 from .codes import Codes, Problem
 from .rates import Rate, parse_rate
 from .validation import is_int, is_number
@@ -24,7 +25,7 @@ HEADER_PREFIX = "header:"
 ON_FAILURE = ("open", "closed", "local")
 MODES = ("enforce", "shadow")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-POLICY_KEYS = frozenset({"limits", "on_failure", "mode", "lease", "shard"})
+POLICY_KEYS = frozenset({"limits", "on_failure", "mode", "lease", "shard", "budget"})
 LIMIT_KEYS = frozenset({"name", "key", "rate", "burst", "fallback_rate", "mode"})
 LEASE_KEYS = frozenset({"size", "ttl", "low_water"})
 # The longest a key may stay unrested (interval x burst), in microseconds: TATs are Redis
@@ -79,6 +80,7 @@ class Policy:
     shard: str | None = None  # descriptor whose value is the hash tag; None: the policy name
     descriptors: frozenset[str] = field(default=frozenset())  # every descriptor the limits use
     cache_alias: str | None = None  # the django-redis alias deciding it; None: CACHE_ALIAS (policies built in code)
+    budget: Budget | None = None  # multi-region budget (budgets.py); None: the default, shared with REGIONS
 
     def mode_of(self, limit: Limit) -> str:
         """The limit's effective mode as configured: shadow if the policy or the limit is."""
@@ -125,7 +127,8 @@ def parse_policy(name: str, raw: Any, custom: Mapping[str, Any], problems: list[
         return None
     used = frozenset(d for limit in limits for d in limit.key)
     shard = _parse_shard(where, raw, limits, problems)
-    return Policy(name, tuple(limits), on_failure, mode, lease, shard, used)
+    budget = parse_budget(where, raw.get("budget"), problems)
+    return Policy(name, tuple(limits), on_failure, mode, lease, shard, used, budget=budget)
 
 
 def build_policy(name: str, raw: Any, custom: Mapping[str, Any], where: str) -> Policy:

@@ -251,3 +251,52 @@ def test_cluster_startup_nodes_are_checked(settings, gcra_settings, location, ex
     settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": location,
                                    "OPTIONS": {"CLIENT_CLASS": "django_gcra.backends.cluster.ClusterClient"}}}
     assert ids(gcra_settings) == expected
+
+
+# Multi-region budgets (E080-E088, W080)
+
+def region_caches(settings, *aliases):
+    settings.CACHES = {**settings.CACHES, **{a: dict(settings.CACHES["default"]) for a in aliases}}
+
+
+REGIONS = {"local": "eu", "caches": {"eu": "default", "us": "us-redis"}, "rebalance_interval": 5.0}
+
+
+def test_good_regions_are_clean(gcra_settings, settings):
+    region_caches(settings, "us-redis")
+    policies = {"a": {**limit(), "budget": "shared"}, "b": {**limit(), "budget": {"fixed": {"eu": 0.7, "us": 0.3}}},
+                "c": {**limit(), "budget": "full"}, "d": {**limit(), "budget": "fixed"},
+                "e": {**limit(), "budget": {"home": "tests.test_regions.home_of", "away": 0.1}}, "f": limit()}
+    assert ids(gcra_settings, REGIONS=REGIONS, POLICIES=policies) == []
+    assert get_settings().cache_alias == "default" and get_settings().regions.names == ("eu", "us")
+
+
+@pytest.mark.parametrize("regions, policies, expected", [
+    ("eu", {}, "django_gcra.E080"),
+    ({**REGIONS, "caches": {}}, {}, "django_gcra.E080"),
+    ({**REGIONS, "intervall": 5}, {}, "django_gcra.E080"),
+    ({**REGIONS, "caches": {"eu": "default", "us": "nowhere"}}, {}, "django_gcra.E081"),
+    ({**REGIONS, "local": "ap"}, {}, "django_gcra.E082"),
+    ({**REGIONS, "rebalance_interval": 0}, {}, "django_gcra.E083"),
+    ({**REGIONS, "rebalance_interval": float("inf")}, {}, "django_gcra.E083"),
+    ({**REGIONS, "refresh": 10.0}, {}, "django_gcra.E083"),
+    (REGIONS, {"p": {**limit(), "budget": "half"}}, "django_gcra.E084"),
+    (REGIONS, {"p": {**limit(), "budget": {"fixed": {"eu": 0.7, "us": 0.2}}}}, "django_gcra.E085"),
+    (REGIONS, {"p": {**limit(), "budget": {"fixed": {"eu": 0.7, "ap": 0.3}}}}, "django_gcra.E085"),
+    (REGIONS, {"p": {**limit(), "budget": {"fixed": {"eu": 1.5}}}}, "django_gcra.E085"),
+    ({**REGIONS, "floor": 0.5}, {}, "django_gcra.E086"),
+    ({**REGIONS, "smoothing": 1.0}, {}, "django_gcra.E086"),
+    ({**REGIONS, "max_step": 0}, {}, "django_gcra.E086"),
+    (REGIONS, {"p": {**limit(), "budget": {"home": "tests.nowhere.home"}}}, "django_gcra.E088"),
+    (REGIONS, {"p": {**limit(), "budget": {"home": "tests.test_regions.home_of", "away": 0}}}, "django_gcra.E088"),
+    (None, {"p": {**limit(), "budget": "full"}}, "django_gcra.W080"),
+])
+def test_region_problems(gcra_settings, settings, regions, policies, expected):
+    region_caches(settings, "us-redis")
+    assert ids(gcra_settings, REGIONS=regions, POLICIES=policies) == [expected]
+
+
+def test_cache_alias_other_than_the_local_regions(gcra_settings, settings):
+    region_caches(settings, "us-redis", "other")
+    assert ids(gcra_settings, REGIONS=REGIONS, CACHE_ALIAS="other") == ["django_gcra.E087"]
+    assert ids(gcra_settings, REGIONS=REGIONS, CACHE_ALIAS="default") == []

@@ -81,7 +81,7 @@ def test_outcome_labels():
 
 
 def test_the_decision_signal_contract(fake_redis):
-    from django_gcra import audit, metrics
+    from django_gcra import audit, metrics, regions
 
     received = []
 
@@ -96,7 +96,7 @@ def test_the_decision_signal_contract(fake_redis):
     assert received == [("m_api", result, None)]
     from django_gcra.signals import observers
 
-    assert observers == [audit.on_decision, metrics.on_decision]  # set in AppConfig.ready
+    assert observers == [audit.on_decision, metrics.on_decision, regions.on_decision]  # set in AppConfig.ready
 
 
 def test_without_prometheus_client_metrics_are_a_no_op():

@@ -31,6 +31,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"  - {limit.name} [{policy.mode_of(limit)}] key {'+'.join(limit.key)}: {rates}, "
                                   f"burst {burst}")
         self._overrides()
+        self._regions()
         self.stdout.write(self.style.MIGRATE_HEADING("Audit"))
         audit = config.audit
         self.stdout.write(f"  enabled {audit.enabled}, flush_interval {audit.flush_interval}, "
@@ -51,6 +52,23 @@ class Command(BaseCommand):
         self.stdout.write(f"  reachable: PING in {took:.1f} ms")
         self.stdout.write(f"  script {SCRIPT_SHA[:12]}: {'loaded' if loaded else 'not loaded (loads on first use)'}")
         self.stdout.write(f"  override version stamp: {version.decode() if version else 'unset'}")
+
+    def _regions(self) -> None:
+        from django_gcra import regions
+
+        config = get_settings().regions
+        if config is None:
+            return
+        self.stdout.write(self.style.MIGRATE_HEADING(f"Regions (local {config.local!r})"))
+        self.stdout.write(f"  rebalance_interval {config.rebalance_interval:g}s, refresh {config.refresh:g}s, "
+                          f"floor {config.floor:g}, smoothing {config.smoothing:g}, max_step {config.max_step:g}")
+        for policy in get_settings().policies.values():
+            budget = policy.budget or regions.DEFAULT_BUDGET
+            detail = {"fixed": f" {dict(budget.shares)}" if budget.shares else " (equal)",
+                      "home": f" {budget.home}, away {budget.away:g}"}.get(budget.mode, "")
+            self.stdout.write(f"  {policy.name}: budget {budget.mode}{detail}")
+        for line in regions.status_lines():
+            self.stdout.write(f"  {line}")
 
     def _overrides(self) -> None:
         from django_gcra.models import LimitOverride
