@@ -107,6 +107,35 @@ def cold_rounds(client, args) -> None:
               f"  store calls - decisions: {leased[path]}")
 
 
+def cold_interleaved(client, args) -> None:
+    """The cold keys again, the paths alternating decision by decision (each timed on its
+    own), so a change in the machine's load hits every path alike: the ratio of the summed
+    times per round is the same-run ratio with the least noise."""
+    from django_gcra import decide
+    from django_gcra.plan import _plans
+
+    clock = time.perf_counter_ns
+    paths = {"plain": "under-plain", "L=10": "under-L10", "L=50": "under-L50"}
+    ratios: dict[str, list[float]] = {path: [] for path in paths}
+    per = max(1, min(args.max_decisions, 2000))
+    for round_ in range(args.rounds):
+        _plans.clear()
+        spent = dict.fromkeys(paths, 0)
+        for i in range(per):
+            for path, policy in paths.items():
+                descriptors = {"ip": f"mix{round_}:{i % COLD_KEYS}"}
+                before = clock()
+                decide(policy, descriptors)
+                spent[path] += clock() - before
+        for path in paths:
+            ratios[path].append(spent["plain"] / spent[path])
+    print(f"\n{COLD_KEYS:,} cold keys, the paths alternating decision by decision ({per} decisions per path and "
+          f"round, {args.rounds} rounds): leased/plain decisions/s, median [min-max] of the rounds")
+    for path in paths:
+        r = ratios[path]
+        print(f"  {path:<6} x plain {statistics.median(r):.3f} [{min(r):.3f}-{max(r):.3f}]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=0.5, help="per path and round")
@@ -157,6 +186,7 @@ def main() -> None:
         print(f"bare script: {statistics.median(bare):,.0f} decisions/s (median) [{min(bare):,.0f}-{max(bare):,.0f}]; "
               "targets (under, +pre): L=50 >= 20x bare, L=10 >= 6x bare")
         cold_rounds(client, args)
+        cold_interleaved(client, args)
         from django_gcra.leases import lease_stats
 
         print("\nlease counters (this process):")

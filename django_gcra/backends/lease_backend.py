@@ -10,7 +10,7 @@ when it is taken, so a lease never admits more than the global limit; units unus
 the lease expires are stranded (lost to everyone), at most L per process and key.
 
 Only keys that prove hot are leased: a key's first decisions go to the store one call
-each, and the key is leased at its ``HOT_AFTER``-th store decision within one ``ttl``
+each, and the key is leased at its ``HOT_AFTER``-th store decision within one window of ``ttl``
 (a key seen less often would strand most of every lease it took). A lease that expires
 unused makes the key cold again.
 
@@ -41,7 +41,7 @@ __all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend"]
 
 logger = logging.getLogger("django_gcra")
 REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same key before its own call
-# A key is leased at its HOT_AFTER-th store decision within one lease ttl; before that
+# A key is leased at its HOT_AFTER-th store decision within one window of a lease ttl; before that
 # (and on a key seen less often) every decision is one direct store call, and no lease
 # is taken to strand. 3: a key must come back twice within ttl to earn a lease.
 HOT_AFTER = 3
@@ -67,7 +67,8 @@ class LeasingBackend(Backend):
         self._stats_lock = threading.Lock()
         self._keys: dict[str, KeyLease] = {}  # read without a lock (one dict lookup); written under _keys_lock
         self._keys_lock = threading.Lock()
-        self._heat: dict[str, tuple[int, float]] = {}  # cold key -> (store decisions, since)
+        self._heat: dict[str, int] = {}  # cold key -> its store decisions in this window
+        self._heat_until = 0.0  # when the window ends (monotonic seconds)
         self._next_sweep = 0.0
 
     def _local(self, state: KeyLease, spec: LimitSpec, cost: int, in_loop: bool) -> Outcome | None:
@@ -106,7 +107,7 @@ class LeasingBackend(Backend):
                 served = self._local(state, spec, cost, False)
                 if served is not None:
                     return served
-            elif self._cold(spec, cost):
+            elif not (spec.enforce and 0 < cost <= spec.burst) or self._cold(spec.key):
                 return self._counted(self.inner.evaluate(specs, cost))
         if not self._leasable(specs, cost):
             return self._counted(self.inner.evaluate(specs, cost))
@@ -134,7 +135,7 @@ class LeasingBackend(Backend):
                 served = self._local(state, spec, cost, True)
                 if served is not None:
                     return served
-            elif self._cold(spec, cost):
+            elif not (spec.enforce and 0 < cost <= spec.burst) or self._cold(spec.key):
                 return self._counted(await self.inner.aevaluate(specs, cost))
         if not self._leasable(specs, cost):
             return self._counted(await self.inner.aevaluate(specs, cost))
@@ -156,23 +157,22 @@ class LeasingBackend(Backend):
     def _leasable(specs: Sequence[LimitSpec], cost: int) -> bool:
         return len(specs) == 1 and specs[0].enforce and 0 < cost <= specs[0].burst
 
-    def _cold(self, spec: LimitSpec, cost: int) -> bool:
-        """True: decide directly on the store (a key without a lease that is still cold, or
-        a decision no lease could answer); the key's store decisions are counted, and
-        False at the ``hot_after``-th within one ttl: the key gets a lease now."""
-        if not (spec.enforce and 0 < cost <= spec.burst):
-            return True
+    def _cold(self, key: str) -> bool:
+        """True while ``key`` (leasable, without a lease) is cold: decide it directly on the
+        store. Its store decisions are counted per window of one ttl (the counts are
+        dropped when a window ends: an int per key, no clock per key), and False at the
+        ``hot_after``-th in a window: the key gets a lease now."""
         if self.hot_after <= 1:
             return False
-        key, now, heat = spec.key, self.clock(), self._heat
-        seen = heat.get(key)
-        if seen is None or now - seen[1] > self.ttl:
-            if len(heat) >= self.max_keys:
+        now, heat = self.clock(), self._heat
+        if now >= self._heat_until:
+            heat.clear()
+            self._heat_until = now + self.ttl
+        count = heat.get(key, 0) + 1
+        if count < self.hot_after:
+            if count == 1 and len(heat) >= self.max_keys:
                 heat.clear()  # bounded: a key this rare is cold anyway
-            heat[key] = (1, now)
-            return True
-        if seen[0] + 1 < self.hot_after:
-            heat[key] = (seen[0] + 1, seen[1])
+            heat[key] = count
             return True
         heat.pop(key, None)
         return False
