@@ -27,7 +27,7 @@ from dataclasses import asdict
 
 from tests.support.servers import start_redis
 
-from .peers.contenders import FACTORIES, LOOSE, STRICT, build, setup_django
+from .peers.contenders import FACTORIES, LOOSE, SLIDING_PAIRS, STRICT, build, setup_django
 from .peers.measure import Timing, commands, memory, over_admission, rounds
 
 KEYS = 10_000
@@ -95,6 +95,7 @@ def measure(server, args) -> dict:
             "p50_us": timings[(k, "hot")].percentile(50), "p99_us": timings[(k, "hot")].percentile(99),
             "gcra_over_this": ratio(gcra1, timings[(k, "hot")]),
             "round_trips": cmd1[k].round_trips, "server_commands": cmd1[k].server, "commands": cmd1[k].detail,
+            "server_us": cmd1[k].server_us,
             "bytes_per_user": mem[k].bytes_per_identity, "keys_per_user": mem[k].keys_per_identity,
             "admitted": adm[k].admitted, "calls": adm[k].calls, "promised": adm[k].promised,
             "admitted_over_promise": adm[k].ratio, "elapsed": adm[k].elapsed,
@@ -103,7 +104,16 @@ def measure(server, args) -> dict:
             "key": k, "name": c.name, "rate": timings[(k, "two")].median, "cpu_us": timings[(k, "two")].cpu_us,
             "gcra_over_this": ratio(gcra2, timings[(k, "two")]),
             "round_trips": cmd2[k].round_trips, "server_commands": cmd2[k].server, "commands": cmd2[k].detail,
+            "server_us": cmd2[k].server_us,
         } for k, c in two.items()],
+        "sliding": [{
+            "ours": ours, "peer": peer, "name": single[ours].name, "peer_name": single[peer].name,
+            "one": ratio(timings[(ours, "hot")], timings[(peer, "hot")]),
+            "two": ratio(timings[(ours, "two")], timings[(peer, "two")]),
+            "server_us": (cmd1[ours].server_us, cmd1[peer].server_us),
+            "server_us_two": (cmd2[ours].server_us, cmd2[peer].server_us),
+            "bytes_per_key": tuple(mem[k].bytes_per_identity / max(mem[k].keys_per_identity, 1) for k in (ours, peer)),
+        } for ours, peer in SLIDING_PAIRS.items()],
         "leased_over_bare_hot": ratio(timings[("django_gcra_leased", "hot")], timings[("bare", "hot")]),
     }
 
@@ -135,6 +145,15 @@ def report(r: dict) -> None:
     worst = min(peers, key=lambda t: t["gcra_over_this"])
     print(f"django_gcra composite / slowest-to-beat peer ({worst['name']}): "
           f"{worst['gcra_over_this']:.2f}x (target >= 1.8x)")
+    print("\nsliding algorithms against limits' same algorithm (decisions/s ratio, median of per-round ratios; "
+          "server us: Redis time per decision; B/key after 10 decisions):")
+    print(f"{'ours':<32}{'peer':<26}{'one':>6}{'two':>6}{'srv us 1':>14}{'srv us 2':>14}{'B/key':>13}")
+    for p in r["sliding"]:
+        print(f"{p['name']:<32}{p['peer_name']:<26}{p['one']:>6.2f}{p['two']:>6.2f}"
+              f"{p['server_us'][0]:>7.1f}/{p['server_us'][1]:<6.1f}{p['server_us_two'][0]:>7.1f}/"
+              f"{p['server_us_two'][1]:<6.1f}{p['bytes_per_key'][0]:>6.0f}/{p['bytes_per_key'][1]:<6.0f}")
+    print("  one: single limit (target >= 1.0x); two: tenant + user, one script call against two (target >= 1.8x); "
+          "srv us and B/key: ours/peer")
     print(f"\n{c['processes']} processes on one key for {c['seconds']:.0f} s, limit {STRICT.count}/s "
           f"(GCRA burst {STRICT.burst}); promised = the most the contender's own algorithm admits in the run:\n"
           "GCRA burst + seconds x rate; fixed window: limit x clock seconds touched; sliding log and "

@@ -1,4 +1,5 @@
-"""The pure GCRA twin of ``backends/gcra.lua``: no Django, no Redis.
+"""The pure twin of ``backends/gcra.lua``: no Django, no Redis. GCRA here; the sliding
+log and the weighted window in ``sliding.py``; ``composite`` decides any mix of them.
 
 All times are integer microseconds. The Lua script and this function must agree
 on every input; ``tests/test_lua_twin.py`` checks that property.
@@ -6,9 +7,24 @@ on every input; ``tests/test_lua_twin.py`` checks that property.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["GCRAResult", "gcra"]
+from .sliding import (
+    SlidingResult,
+    log_decide,
+    log_view,
+    log_window,
+    sliding_log,
+    sliding_window,
+    window_remaining,
+    window_reset,
+    window_view,
+)
+
+__all__ = ["ALGORITHMS", "GCRA", "SLIDING_LOG", "SLIDING_WINDOW", "CompositeResult", "GCRAResult", "SlidingResult",
+           "composite", "gcra", "gcra_composite", "sliding_log", "sliding_window"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +65,12 @@ def _remaining(tat: int, now: int, interval: int, tolerance: int) -> int:
 # Status codes shared with the Lua script.
 ALLOWED, DENIED, IMPOSSIBLE = 1, 0, -1
 
+# Algorithm codes shared with the Lua script (a limit's flag is 2 * algorithm + enforce).
+GCRA, SLIDING_LOG, SLIDING_WINDOW = 0, 1, 2
+ALGORITHMS = {"gcra": GCRA, "sliding_log": SLIDING_LOG, "sliding_window": SLIDING_WINDOW}
+
+State = Any  # per limit: a GCRA TAT (int), the log's entry times, or a WindowState; None: fresh
+
 
 @dataclass(frozen=True)
 class CompositeResult:
@@ -56,10 +78,94 @@ class CompositeResult:
     would: int  # the same over every limit, shadow ones included
     retry_after: int | None  # us, for the binding limit; None if never satisfiable
     binding: int | None  # index of the binding limit, None when all allow
-    writes: tuple[int | None, ...]  # the TAT to store per limit, None to leave it
+    writes: tuple[State, ...]  # the state to store per limit, None to leave it
     remaining: tuple[int, ...]
     reset_after: tuple[int, ...]
     cost: int = 1  # the units decided on: ``cost``, or with ``least`` the grant
+
+
+class _Limit:
+    """One limit's decision inside a composite: its status, and its view with or without the write."""
+
+    __slots__ = ("after", "before", "new", "retry", "status")
+
+    def __init__(self, algorithm: int, state: State, now: int, a: int, b: int, cost: int) -> None:
+        # a, b: interval and burst (GCRA), or period and limit (the sliding algorithms).
+        if algorithm == GCRA:
+            tat = gcra(state, now, a, b, cost)
+            current = now if state is None or state < now else state
+            self.before = (_remaining(current, now, a, a * b), current - now)
+            self.after = (tat.remaining, tat.reset_after)
+            self.new: State = tat.tat
+            self.status = ALLOWED if tat.allowed else IMPOSSIBLE if tat.impossible else DENIED
+            self.retry = tat.retry_after
+        elif algorithm == SLIDING_LOG:
+            window = log_window(state, now, a)
+            self.status, self.retry = log_decide(window, now, a, b, cost)
+            self.before = log_view(window, now, a, b)
+            self.new = window + (now,) * cost
+            self.after = log_view(self.new, now, a, b)
+        else:
+            result = sliding_window(state, now, a, b, cost)
+            self.status = ALLOWED if result.allowed else IMPOSSIBLE if result.impossible else DENIED
+            self.retry = result.retry_after
+            _, cur, prev, offset = window_view(state, now, a)
+            left = window_remaining(cur, prev, offset, a, b)
+            self.before = (left, window_reset(cur, prev, offset, a, b, left))
+            self.new, self.after = result.state, (result.remaining, result.reset_after)
+
+
+def composite(
+    states: Sequence[State],
+    now: int,
+    limits: Sequence[tuple[int, int, int, bool]],
+    cost: int = 1,
+    least: int | None = None,
+) -> CompositeResult:
+    """All-or-nothing decision over limits of any algorithm: ``limits`` holds
+    (algorithm, a, b, enforce), where a, b are interval and burst for GCRA, period and N
+    for the sliding algorithms; ``states`` what each key stores (None: fresh).
+
+    Every limit's state is written when all limits allow. When only shadow limits deny,
+    the enforcing limits are written and the shadow ones are not (a hypothetical denial
+    consumes nothing). When an enforcing limit denies, nothing is written.
+
+    With ``least`` (a lease refill), the cost becomes as many units as every GCRA limit
+    has free now, at most ``cost`` and at least ``least``; then the decision runs as
+    above. (Leases never run on sliding limits: a check refuses them.)
+    """
+    if least is not None:
+        free = [(now + a * b - max(now if st is None else st, now)) // a
+                for st, (alg, a, b, _) in zip(states, limits) if alg == GCRA]
+        cost = max(least, min([cost, *free]))
+    results = [_Limit(alg, st, now, a, b, cost) for st, (alg, a, b, _) in zip(states, limits)]
+
+    def worst(indices: list[int]) -> tuple[int, int | None, int | None]:
+        denied = [i for i in indices if results[i].status != ALLOWED]
+        if not denied:
+            return ALLOWED, None, None
+        status = IMPOSSIBLE if any(results[i].status == IMPOSSIBLE for i in denied) else DENIED
+        # Never-satisfiable binds first, then the longest wait; ties go to the first limit.
+        bind = max(denied, key=lambda i: (results[i].status == IMPOSSIBLE, results[i].retry or 0, -i))
+        return status, bind, results[bind].retry
+
+    enforcing = [i for i, (_, _, _, enforce) in enumerate(limits) if enforce]
+    enforced, e_bind, e_retry = worst(enforcing)
+    would, s_bind, s_retry = worst(list(range(len(limits))))
+    binding, retry = (e_bind, e_retry) if enforced != ALLOWED else (s_bind, s_retry)
+
+    writes: list[State] = []
+    remaining, reset_after = [], []
+    for result, (_, _, _, enforce) in zip(results, limits):
+        write = enforced == ALLOWED and result.status == ALLOWED and (would == ALLOWED or enforce)
+        writes.append(result.new if write and cost > 0 else None)
+        left, reset = result.after if write else result.before
+        remaining.append(left)
+        reset_after.append(reset)
+    return CompositeResult(
+        enforced, would, retry if binding is not None else 0, binding, tuple(writes), tuple(remaining),
+        tuple(reset_after), cost,
+    )
 
 
 def gcra_composite(
@@ -69,43 +175,5 @@ def gcra_composite(
     cost: int = 1,
     least: int | None = None,
 ) -> CompositeResult:
-    """All-or-nothing decision over several limits: ``limits`` holds (interval, burst, enforce).
-
-    Every TAT is written when all limits allow. When only shadow limits deny, the
-    enforcing limits are written and the shadow ones are not (a hypothetical denial
-    consumes nothing). When an enforcing limit denies, nothing is written.
-
-    With ``least`` (a lease refill), the cost becomes as many units as every limit has
-    free now, at most ``cost`` and at least ``least``; then the decision runs as above.
-    """
-    if least is not None:
-        free = [(now + i * b - max(now if tat is None else tat, now)) // i for tat, (i, b, _) in zip(tats, limits)]
-        cost = max(least, min([cost, *free]))
-    results = [gcra(tat, now, i, b, cost) for tat, (i, b, _) in zip(tats, limits)]
-
-    def worst(indices: list[int]) -> tuple[int, int | None, int | None]:
-        denied = [i for i in indices if not results[i].allowed]
-        if not denied:
-            return ALLOWED, None, None
-        status = IMPOSSIBLE if any(results[i].impossible for i in denied) else DENIED
-        # Never-satisfiable binds first, then the longest wait; ties go to the first limit.
-        bind = max(denied, key=lambda i: (results[i].impossible, results[i].retry_after or 0, -i))
-        return status, bind, results[bind].retry_after
-
-    enforcing = [i for i, (_, _, enforce) in enumerate(limits) if enforce]
-    enforced, e_bind, e_retry = worst(enforcing)
-    would, s_bind, s_retry = worst(list(range(len(limits))))
-    binding, retry = (e_bind, e_retry) if enforced != ALLOWED else (s_bind, s_retry)
-
-    writes: list[int | None] = []
-    remaining, reset_after = [], []
-    for result, tat, (interval, burst, enforce) in zip(results, tats, limits):
-        write = enforced == ALLOWED and result.allowed and (would == ALLOWED or enforce)
-        stored = result.tat if write else (now if tat is None or tat < now else tat)
-        writes.append(stored if write and cost > 0 else None)
-        remaining.append(_remaining(stored, now, interval, interval * burst))
-        reset_after.append(stored - now)
-    return CompositeResult(
-        enforced, would, retry if binding is not None else 0, binding, tuple(writes), tuple(remaining),
-        tuple(reset_after), cost,
-    )
+    """``composite`` over GCRA limits only: ``limits`` holds (interval, burst, enforce)."""
+    return composite(tats, now, [(GCRA, i, b, e) for i, b, e in limits], cost, least)

@@ -1,6 +1,6 @@
 """The system-check IDs, defined once, and ``Problem``: one finding about the configuration.
 
-Every ID is listed in docs/reference/checks.md. Ranges: E001-E016 policies and top-level
+Every ID is listed in docs/reference/checks.md. Ranges: E001-E019 policies and top-level
 settings, E020-E029 surfaces, E030-E039 policy plane, E040-E049 resilience, E050-E059
 leases, E060-E069 DRF throttles, E080-E089 multi-region budgets.
 """
@@ -29,6 +29,8 @@ class Codes:
     BAD_LEASE = "django_gcra.E014"
     BAD_DEFAULT_TIER = "django_gcra.E015"
     UNKNOWN_KEY = "django_gcra.E016"
+    SLIDING_BURST = "django_gcra.E017"
+    SLIDING_LOG_TOO_LARGE = "django_gcra.E018"
     UNKNOWN_SETTING = "django_gcra.W001"
     ONE_SLOT = "django_gcra.W002"
 
@@ -59,6 +61,7 @@ class Codes:
     LEASE_TOO_BIG = "django_gcra.E051"
     BAD_LOW_WATER = "django_gcra.E052"
     BAD_LEASE_MAX_KEYS = "django_gcra.E053"
+    LEASE_SLIDING = "django_gcra.E054"
     LEASE_LOW_RATE = "django_gcra.W050"
     LEASE_SHADOW = "django_gcra.W051"
 

@@ -20,8 +20,9 @@ class LimitState(NamedTuple):
     rate: Rate
     burst: int
     remaining: int
-    reset_after: float  # seconds until the key is fully rested
+    reset_after: float  # seconds until the key is fully rested (sliding: until one more unit frees)
     mode: str = "enforce"  # enforce | shadow
+    algorithm: str = "gcra"  # gcra | sliding_log | sliding_window
 
 
 _NO_DESCRIPTORS: Mapping[str, str] = MappingProxyType({})

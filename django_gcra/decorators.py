@@ -2,6 +2,7 @@
 
     @ratelimit(policy="login", methods=["POST"])
     @ratelimit(key="ip", rate="5/m", burst=5, cost=lambda request: 2, block=False)
+    @ratelimit(key="user", rate="5/d", algorithm="sliding_log")   # at most 5 in any 24 h
 
 Works on sync and async views (async ones use ``adecide``, which never blocks the
 event loop) and on class-based views through ``method_decorator``. ``request.ratelimit``
@@ -37,21 +38,23 @@ __all__ = ["ratelimit"]
 
 @functools.lru_cache(maxsize=1024)
 def inline_policy(name: str, key: tuple[str, ...], rate: str, burst: int | None, mode: str,
-                  on_failure: str) -> Policy:
+                  on_failure: str, algorithm: str = "gcra") -> Policy:
     """A one-limit Policy (its limit is named ``view``), validated by the settings parser;
     ImproperlyConfigured if bad."""
-    raw = {"limits": [{"name": "view", "key": list(key), "rate": rate, "burst": burst}],
-           "mode": mode, "on_failure": on_failure}
-    where = f"@ratelimit(key={list(key)!r}, rate={rate!r}, burst={burst!r})"
+    limit: dict[str, Any] = {"name": "view", "key": list(key), "rate": rate, "algorithm": algorithm}
+    if burst is not None or algorithm == "gcra":
+        limit["burst"] = burst
+    raw = {"limits": [limit], "mode": mode, "on_failure": on_failure}
+    where = f"@ratelimit(key={list(key)!r}, rate={rate!r}, burst={burst!r}, algorithm={algorithm!r})"
     return build_policy(name, raw, get_settings().descriptors, where)
 
 
 on_change(inline_policy.cache_clear)  # DESCRIPTORS may have changed
 
 
-def _label(rate: str, burst: int | None, methods: frozenset[str] | None) -> str:
-    """What tells stacked inline limits apart: the rate (and burst and methods when given),
-    e.g. ``10-per-1s``; the last part of the policy's name."""
+def _label(rate: str, burst: int | None, methods: frozenset[str] | None, algorithm: str = "gcra") -> str:
+    """What tells stacked inline limits apart: the rate (and burst, a sliding algorithm and
+    methods when given), e.g. ``10-per-1s``; the last part of the policy's name."""
     try:
         parsed = parse_rate(rate)
         label = f"{parsed.count}-per-{parsed.period}s"
@@ -59,6 +62,8 @@ def _label(rate: str, burst: int | None, methods: frozenset[str] | None) -> str:
         label = re.sub(r"[^A-Za-z0-9_.-]", "_", str(rate))[:20]
     if burst is not None:
         label += f"-b{burst}"
+    if algorithm != "gcra":
+        label += "-" + algorithm
     if methods:
         label += "-" + "-".join(sorted(methods))
     return label[:64]
@@ -87,22 +92,22 @@ def view_policy_name(view: Callable[..., Any], label: str = "") -> str:
 def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = None, rate: str | None = None,
               burst: int | None = None, cost: int | Callable[[Any], int] = 1, methods: Iterable[str] | None = None,
               block: bool = True, name: str | None = None, mode: str = "enforce",
-              on_failure: str = "open") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+              on_failure: str = "open", algorithm: str = "gcra") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Limit a view; see the module docstring. Bad arguments raise ImproperlyConfigured now."""
     if (policy is None) == (rate is None):
         raise ImproperlyConfigured("@ratelimit needs either policy='name' or an inline key=, rate= (and burst=).")
-    if policy is not None and (key is not None or burst is not None or name is not None):
-        raise ImproperlyConfigured("@ratelimit(policy=...) takes its keys and burst from the policy; "
-                                   "key=, burst= and name= are for inline limits.")
+    if policy is not None and (key is not None or burst is not None or name is not None or algorithm != "gcra"):
+        raise ImproperlyConfigured("@ratelimit(policy=...) takes its keys, burst and algorithm from the policy; "
+                                   "key=, burst=, algorithm= and name= are for inline limits.")
     if not callable(cost) and not is_int(cost, 0):
         raise ImproperlyConfigured(f"@ratelimit cost must be an int >= 0 or a callable, not {cost!r}")
     keys = (key,) if isinstance(key, str) else tuple(key or ("ip",))
     if isinstance(methods, str):
         methods = [methods]
     allowed_methods = frozenset(m.upper() for m in methods) if methods is not None else None
-    label = "" if rate is None else _label(rate, burst, allowed_methods)
+    label = "" if rate is None else _label(rate, burst, allowed_methods, algorithm)
     if rate is not None:
-        inline_policy(name or "inline", keys, rate, burst, mode, on_failure)  # validate now
+        inline_policy(name or "inline", keys, rate, burst, mode, on_failure, algorithm)  # validate now
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         policy_name = policy or name or view_policy_name(view, label)
@@ -110,7 +115,8 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
         def resolve() -> Policy:
             if policy is not None:
                 return get_policy(policy)
-            return inline_policy(policy_name, keys, rate, burst, mode, on_failure)  # type: ignore[arg-type]
+            return inline_policy(policy_name, keys, rate, burst, mode, on_failure,  # type: ignore[arg-type]
+                                 algorithm)
 
         def skipped(request: HttpRequest) -> bool:
             if allowed_methods is None or request.method in allowed_methods:

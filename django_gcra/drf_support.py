@@ -60,16 +60,22 @@ def parse_drf_rate(rate: Any) -> tuple[int | None, int | None]:
 
 
 @functools.lru_cache(maxsize=512)
-def throttle_policy(name: str, num_requests: int, duration: int, burst: int | None) -> Policy:
+def throttle_policy(name: str, num_requests: int, duration: int, burst: int | None,
+                    algorithm: str = "gcra") -> Policy:
     """The one-limit policy ``drf.<name>`` of a throttle's rate, keyed by its cache key and
-    rate; ``ImproperlyConfigured`` when GCRA cannot run the rate."""
-    raw = {"limits": [{"name": name, "key": ["cache_key", "rate"], "rate": f"{num_requests}/{duration}s",
-                       "burst": burst}]}
+    rate; ``ImproperlyConfigured`` when the algorithm cannot run the rate (or a sliding
+    limit is given a burst)."""
+    limit: dict[str, Any] = {"name": name, "key": ["cache_key", "rate"], "rate": f"{num_requests}/{duration}s",
+                             "algorithm": algorithm}
+    if burst is not None or algorithm == "gcra":
+        limit["burst"] = burst
+    raw = {"limits": [limit]}
     try:
         return build_policy(f"drf.{name}", raw, {"cache_key": None, "rate": None}, "drf")
     except ImproperlyConfigured as exc:  # name the rate, not a POLICIES entry the user never wrote
         why = str(exc).removeprefix("drf['limits'][0]").removeprefix("['rate']").lstrip(": ")
-        raise ImproperlyConfigured(f"Throttle rate {num_requests}/{duration}s (burst {burst}): {why}") from None
+        raise ImproperlyConfigured(f"Throttle rate {num_requests}/{duration}s ({algorithm}, burst {burst}): "
+                                   f"{why}") from None
 
 
 def combined_headers(decisions: list[Decision]) -> dict[str, str]:

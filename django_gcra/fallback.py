@@ -79,12 +79,17 @@ stats = FallbackStats()
 
 
 def fallback_spec(spec: LimitSpec, planned: PlannedLimit) -> LimitSpec:
-    """The local limit of one limit: its ``fallback_rate`` (burst: the rate's count), or
-    its own rate and burst shared by ``FALLBACK_PROCESSES`` processes."""
+    """The local limit of one limit, of the same algorithm: its ``fallback_rate`` (burst,
+    or a sliding limit's N: the rate's count), or its own rate and burst (N) shared by
+    ``FALLBACK_PROCESSES`` processes (a sliding limit keeps its period)."""
     if planned.limit.fallback_rate is not None:
         rate = planned.limit.fallback_rate
+        if spec.algorithm:
+            return spec._replace(interval=rate.interval, burst=rate.count, period=rate.period * 1_000_000)
         return LimitSpec(spec.key, rate.interval, rate.count, spec.enforce)
     processes = get_settings().fallback_processes
+    if spec.algorithm:  # a sliding limit: N / processes in the same period
+        return spec._replace(burst=max(1, spec.burst // processes), interval=spec.interval * processes)
     return LimitSpec(spec.key, spec.interval * processes, max(1, spec.burst // processes), spec.enforce)
 
 

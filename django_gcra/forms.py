@@ -9,6 +9,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .conf import get_settings
 from .models import LimitOverride
+from .policy import log_problem
 from .rates import parse_rate
 
 
@@ -52,6 +53,16 @@ class LimitOverrideForm(forms.ModelForm):
         if limit is not None and limit not in names:
             self.add_error("limit", _("Policy %(policy)s has no limit %(limit)r; its limits: %(names)s.")
                            % {"policy": policy.name, "limit": limit, "names": ", ".join(names)})
+        configured = next((lim for lim in policy.limits if lim.name == limit), None)
+        if configured is not None and configured.sliding:
+            if data.get("burst") is not None:
+                self.add_error("burst", _("Limit %(limit)s is a %(algorithm)s limit: it takes no burst. Change its "
+                                          "rate (N per period) instead.")
+                               % {"limit": limit, "algorithm": configured.algorithm})
+            if configured.algorithm == "sliding_log" and data.get("rate"):
+                why = log_problem(parse_rate(data["rate"]))
+                if why is not None:
+                    self.add_error("rate", why)
         match = data.get("match")
         if match is None:
             match = data["match"] = {}

@@ -8,6 +8,13 @@ For a limit of rate N per period P with burst B:
 - ``t`` = the seconds until the key is fully rested; on a denial, the Retry-After.
   ``X-RateLimit-Reset`` is the Unix time now + t.
 
+For a sliding limit (``sliding_log``, ``sliding_window``) of N per period P:
+
+- ``q`` = N, the units admitted in any rolling period; ``w`` = P in seconds;
+- ``r`` = the units still available now;
+- ``t`` = the seconds until the next unit frees (the oldest entry leaves the log, or the
+  weighted estimate drops by one); on a denial, the Retry-After.
+
 Only enforced limits are shown: a shadow limit is never advertised, and a policy whose
 limits are all in shadow sends no quota header. ``RateLimit-Policy`` lists every
 enforced limit evaluated; ``RateLimit`` names the binding one. The ``HEADERS`` setting
@@ -38,6 +45,8 @@ def retry_after_header(retry_after: float) -> str:
 
 
 def _window(state: LimitState) -> int:
+    if state.algorithm != "gcra":
+        return state.rate.period
     return max(1, math.ceil(state.burst * state.rate.interval / 1_000_000))
 
 

@@ -79,7 +79,7 @@ def _to_decision(p: Plan, outcome: Outcome | object | None, fallback: bool) -> D
                         fallback=fallback, descriptors=descriptors)
     remaining, reset_after = outcome.remaining, outcome.reset_after
     states = tuple([
-        LimitState(pl.limit.name, pl.rate, pl.burst, remaining[i], reset_after[i] / 1e6, pl.mode)
+        LimitState(pl.limit.name, pl.rate, pl.burst, remaining[i], reset_after[i] / 1e6, pl.mode, pl.limit.algorithm)
         for i, pl in enumerate(p.limits)
     ])
     # Remaining and the binding limit of an allowed decision speak of enforced limits (a

@@ -27,7 +27,7 @@ from typing import Any
 from django.db import close_old_connections, connections, transaction
 
 from .conf import get_settings, on_change
-from .policy import Limit, Policy, span_problem
+from .policy import Limit, Policy, log_problem, span_problem
 from .rates import Rate, parse_rate
 from .store import cache_connection, read_guarded
 
@@ -183,6 +183,14 @@ def _check_effect(limit: Limit, rate: Rate | None, burst: int | None) -> None:
     """``ValueError`` when an override's rate and burst cannot be run (whatever wrote the row)."""
     if burst is not None and burst < 1:
         raise ValueError(f"burst {burst} is below 1")
+    if limit.sliding:
+        if burst is not None:
+            raise ValueError(f"a {limit.algorithm} limit takes no burst (an override may change its rate: N and "
+                             "the period)")
+        if limit.algorithm == "sliding_log" and rate is not None:
+            why = log_problem(rate)
+            if why is not None:
+                raise ValueError(why)
     for configured in ([rate] if rate is not None else list(limit.rates.values())):
         why = span_problem(configured, burst if burst is not None else limit.burst_for(configured))
         if why is not None:

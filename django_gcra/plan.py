@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from . import overrides, regions
+from .algorithm import ALGORITHMS, SLIDING_LOG, SLIDING_WINDOW
 from .backends import LimitSpec
 from .conf import get_settings, on_change
 from .keys import build_key, escape
@@ -85,6 +86,10 @@ class PlanMemo:
         self.plans.clear()
 
 
+# A sliding limit's key names its algorithm ("~" is never in a limit name), so a limit whose
+# algorithm is changed never meets the other algorithm's state under its name.
+KEY_SUFFIX = {SLIDING_LOG: "~log", SLIDING_WINDOW: "~win"}
+
 _plans = PlanMemo()
 on_change(_plans.clear)
 regions.state.listeners.append(_plans.clear)  # new shares: new specs
@@ -148,9 +153,17 @@ def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, i
                 continue  # turned off by an override
             rate, burst, mode = effective
         planned.append(PlannedLimit(limit, rate, burst, mode))
-        interval, spec_burst = regions.scale(rate.interval, burst, regions.share_of(pol, limit, values))
-        specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), interval, spec_burst,
-                               mode == "enforce"))
+        # A region enforces its share of the limit: of the rate and burst, or of a sliding limit's N.
+        share = regions.share_of(pol, limit, values)
+        if limit.sliding:  # N units in any period; a key of its own type (a ZSET, or two counters)
+            code = ALGORITHMS[limit.algorithm]
+            interval, count = regions.scale(rate.interval, rate.count, share)
+            specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name + KEY_SUFFIX[code], parts),
+                                   interval, count, mode == "enforce", code, rate.period * 1_000_000))
+        else:
+            interval, spec_burst = regions.scale(rate.interval, burst, share)
+            specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), interval, spec_burst,
+                                   mode == "enforce"))
     counted = tuple(i for i, pl in enumerate(planned) if pl.mode == "enforce") or tuple(range(len(planned)))
     return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted)
 

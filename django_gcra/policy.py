@@ -13,6 +13,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from .algorithm import ALGORITHMS
 from .budgets import Budget, parse_budget
 from .codes import Codes, Problem
 from .rates import Rate, parse_rate
@@ -26,7 +27,12 @@ ON_FAILURE = ("open", "closed", "local")
 MODES = ("enforce", "shadow")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 POLICY_KEYS = frozenset({"limits", "on_failure", "mode", "lease", "shard", "budget"})
-LIMIT_KEYS = frozenset({"name", "key", "rate", "burst", "fallback_rate", "mode"})
+LIMIT_KEYS = frozenset({"name", "key", "rate", "burst", "fallback_rate", "mode", "algorithm"})
+ALGORITHM_NAMES = tuple(ALGORITHMS)  # gcra (the default), sliding_log, sliding_window
+SLIDING = ("sliding_log", "sliding_window")
+# The sliding log holds one ZSET entry per unit in the window: about 35 bytes each up to
+# 128 entries (a listpack), about 130 above (a skiplist), so 10,000 is about 1.3 MB a key.
+MAX_LOG_LIMIT = 10_000
 LEASE_KEYS = frozenset({"size", "ttl", "low_water"})
 # The longest a key may stay unrested (interval x burst), in microseconds: TATs are Redis
 # time plus this, and must stay exact in the script's doubles (2^53) for centuries.
@@ -42,6 +48,16 @@ def span_problem(rate: Rate, burst: int) -> str | None:
     return None
 
 
+def log_problem(rate: Rate) -> str | None:
+    """Why a sliding log at ``rate`` would hold an unreasonable number of entries, or None."""
+    if rate.count > MAX_LOG_LIMIT:
+        return (f"a sliding log of {rate} holds up to {rate.count:,} entries per key (about "
+                f"{rate.count * 130 / 1e6:.1f} MB of Redis memory per key, and as many entries written by one "
+                f"decision of that cost); the most is {MAX_LOG_LIMIT:,} (about "
+                f"{MAX_LOG_LIMIT * 130 / 1e6:.1f} MB)")
+    return None
+
+
 @dataclass(frozen=True)
 class Limit:
     name: str
@@ -50,6 +66,11 @@ class Limit:
     burst: int | None  # None: the rate's count
     fallback_rate: Rate | None = None
     mode: str = "enforce"
+    algorithm: str = "gcra"  # gcra | sliding_log | sliding_window
+
+    @property
+    def sliding(self) -> bool:
+        return self.algorithm != "gcra"
 
     @property
     def tiered(self) -> bool:
@@ -187,9 +208,34 @@ def _parse_limit(where: str, raw: Any, custom: Mapping[str, Any], problems: list
             problems.append(Problem(Codes.BAD_FALLBACK_RATE, f"{where}['fallback_rate']: {exc}."))
             ok = False
     mode = _choice(where, raw, "mode", MODES, "enforce", problems)
+    algorithm = _choice(where, raw, "algorithm", ALGORITHM_NAMES, "gcra", problems)
+    if algorithm in SLIDING:
+        ok = _sliding_problems(where, algorithm, burst, rates, fallback, problems) and ok
     if not ok or rates is None:
         return None
-    return Limit(str(name), tuple(key), rates, burst, fallback, mode)  # type: ignore[arg-type]
+    return Limit(str(name), tuple(key), rates, burst, fallback, mode, algorithm)  # type: ignore[arg-type]
+
+
+def _sliding_problems(where: str, algorithm: str, burst: Any, rates: dict[str | None, Rate] | None,
+                      fallback: Rate | None, problems: list[Problem]) -> bool:
+    """E017/E018 for a sliding limit; True when there are none."""
+    ok = True
+    if burst is not None:
+        problems.append(Problem(Codes.SLIDING_BURST,
+                                f"{where} is a {algorithm} limit with a burst; a sliding limit takes no burst.",
+                                "A sliding limit admits N units in any rolling period of its rate (N/period) "
+                                "and has no burst: remove 'burst', or use algorithm 'gcra'."))
+        ok = False
+    if algorithm == "sliding_log":
+        for rate in [*(rates or {}).values(), *([fallback] if fallback else [])]:
+            why = log_problem(rate)
+            if why is not None:
+                problems.append(Problem(Codes.SLIDING_LOG_TOO_LARGE, f"{where}: {why}.",
+                                        "Use algorithm 'sliding_window' (two counters per key, about 80 "
+                                        "bytes), or 'gcra', for limits this large."))
+                ok = False
+                break
+    return ok
 
 
 def _parse_rates(where: str, raw: Any, problems: list[Problem]) -> dict[str | None, Rate] | None:
@@ -241,6 +287,14 @@ def _lease_problems(where: str, lease: Lease | None, limits: list[Limit], mode: 
                         "small limits, and splitting the checks brings back the quota leak. Lease only "
                         "single-limit policies (such as machine API keys).")]
     problems = []
+    for limit in limits:
+        if limit.sliding:
+            problems.append(Problem(Codes.LEASE_SLIDING, f"{where} leases the {limit.algorithm} limit "
+                                    f"{limit.name!r}.", "A lease records its units when it is taken and spends them "
+                                    "up to 'ttl' later, so a rolling window would no longer see when requests "
+                                    "were admitted and could pass up to N extra in a period. Remove the lease, or "
+                                    "use algorithm 'gcra'."))
+            return problems
     if mode == "shadow" or any(limit.mode == "shadow" for limit in limits):
         problems.append(Problem(Codes.LEASE_SHADOW, f"{where} leases a limit in shadow mode; shadow decisions are "
                                 "never leased (each one calls the store).", "Remove the lease, or enforce the limit."))

@@ -8,7 +8,10 @@ script call: what a DRF subclass overrides keeps working (``scope``, ``rate``,
 The string ``get_cache_key`` returns is the bucket's identity (None: not throttled),
 together with the rate, so two throttles with one scope and different rates never share
 a bucket. A rate of N per period admits a burst of N (``burst`` on the class changes it),
-then one request every period/N: a smooth refill instead of DRF's rolling window.
+then one request every period/N: a smooth refill instead of DRF's rolling window. With
+``algorithm = "sliding_log"`` on the class, the throttle keeps DRF's own semantics
+(never more than N in any rolling period), race-free; ``"sliding_window"`` is the
+weighted two-window counter (O(1) memory). Sliding throttles take no ``burst``.
 ``wait()`` is the exact retry-after. Time is Redis's: ``timer`` and ``cache`` overrides
 cannot be honoured, and a subclass defining them gets a ``ThrottleOverrideWarning``.
 
@@ -160,10 +163,13 @@ class _LiveRates:
 class GCRARateThrottle(GCRAThrottle, SimpleRateThrottle):
     """DRF's ``SimpleRateThrottle`` on GCRA: subclasses override ``get_cache_key`` as in
     DRF; ``scope`` names a rate in ``THROTTLE_RATES`` (``DEFAULT_THROTTLE_RATES``, read
-    live), or set ``rate``; ``burst`` (default: the rate's count) is django_gcra's own."""
+    live), or set ``rate``; ``burst`` (default: the rate's count) and ``algorithm``
+    (``"gcra"``, ``"sliding_log"`` for DRF's rolling window, ``"sliding_window"``) are
+    django_gcra's own."""
 
     THROTTLE_RATES: Any = _LiveRates()
     burst: int | None = None
+    algorithm: str = "gcra"
     _never = False  # a rate of 0 admits nothing, and no wait helps
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -206,7 +212,7 @@ class GCRARateThrottle(GCRAThrottle, SimpleRateThrottle):
                 raise ImproperlyConfigured(f"{type(self).__name__}.{label} is {value!r}: give a whole number.")
             values.append(value)
         num, duration = values
-        return None if num == 0 else throttle_policy(self.limit_name(), num, duration, self.burst)
+        return None if num == 0 else throttle_policy(self.limit_name(), num, duration, self.burst, self.algorithm)
 
     def get_policy(self, request: Any, view: Any) -> tuple[Policy | str, dict[str, Any]] | None:
         self.key = self.get_cache_key(request, view)

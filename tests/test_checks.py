@@ -1,5 +1,5 @@
 """Every system check ID fires for its misconfiguration, and a good configuration is clean:
-policies and top-level settings (E001-E016), surfaces (E020-E026, W020-W021), the policy
+policies and top-level settings (E001-E018, E054), surfaces (E020-E026, W020-W021), the policy
 plane (E030-E031, W030-W031) and resilience (E040-E044, W040-W041). Lease checks: test_leases."""
 
 from __future__ import annotations
@@ -63,10 +63,32 @@ def test_good_configuration_is_clean(gcra_settings):
         ({"p": {**limit(), "on_falure": "closed"}}, "django_gcra.E016"),
         ({"p": limit(brust=5)}, "django_gcra.E016"),
         ({"p": {**limit(), "lease": {"size": 2, "tll": 1}}}, "django_gcra.E016"),
+        ({"p": limit(algorithm="leaky")}, "django_gcra.E009"),
+        ({"p": limit(algorithm="sliding_log", burst=5)}, "django_gcra.E017"),
+        ({"p": limit(algorithm="sliding_window", burst=5)}, "django_gcra.E017"),
+        ({"p": limit(algorithm="sliding_log", rate="10001/h")}, "django_gcra.E018"),
+        ({"p": limit(algorithm="sliding_log", rate={"free": "5/m", "paid": "20000/d"})}, "django_gcra.E018"),
+        ({"p": limit(algorithm="sliding_log", fallback_rate="20000/d")}, "django_gcra.E018"),
+        ({"p": {**limit(algorithm="sliding_log", rate="100/s"), "lease": {"size": 5}}}, "django_gcra.E054"),
     ],
 )
 def test_policy_problems(gcra_settings, policies, expected):
     assert expected in ids(gcra_settings, POLICIES=policies)
+
+
+def test_sliding_limits_are_clean(gcra_settings):
+    policies = {"p": {"limits": [{"name": "a", "key": ["ip"], "rate": "10000/h", "algorithm": "sliding_log"},
+                                 {"name": "b", "key": ["ip"], "rate": "1000000/d", "algorithm": "sliding_window"},
+                                 {"name": "c", "key": ["ip"], "rate": "5/s", "algorithm": "gcra", "burst": 2}]}}
+    assert ids(gcra_settings, POLICIES=policies) == []
+    algorithms = [lim.algorithm for lim in get_settings().policies["p"].limits]
+    assert algorithms == ["sliding_log", "sliding_window", "gcra"]
+
+
+def test_the_log_limit_message_says_the_memory_per_key(gcra_settings):
+    gcra_settings(POLICIES={"p": limit(algorithm="sliding_log", rate="20000/d")})
+    [message] = [m for m in checks.run_checks(tags=["django_gcra"]) if m.id == "django_gcra.E018"]
+    assert "2.6 MB" in message.msg and "10,000" in message.msg
 
 
 def test_default_tier_missing_from_a_tiered_limit(gcra_settings):

@@ -20,6 +20,10 @@ POLICIES = {
                        {"name": "user", "key": ["tenant", "user"], "rate": "10/h", "burst": 3}],
             "on_failure": "closed"},
     "hot": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "50/s", "burst": 10}], "on_failure": "closed"},
+    "rolling": {"limits": [{"name": "g", "key": ["tenant"], "rate": "1000/h", "burst": 5},
+                           {"name": "log", "key": ["tenant", "user"], "rate": "2/h", "algorithm": "sliding_log"},
+                           {"name": "win", "key": ["tenant"], "rate": "3/h", "algorithm": "sliding_window"}],
+                "on_failure": "closed"},
 }
 DESCRIPTORS = {"tenant": "tests.support.descriptors.tenant_of"}
 PROCESSES, DURATION, RATE, BURST = 8, 3.0, 50, 10
@@ -64,6 +68,19 @@ def test_many_tenants_across_slots(on_cluster: Cluster):
     # Every node serves its tenants, each tenant's keys on one node; the breakers are per node.
     ports = {f"127.0.0.1:{n.port}" for n in on_cluster.nodes}
     assert ports <= {b["endpoint"] for b in breakers()}
+
+
+def test_mixed_algorithms_across_slots(on_cluster: Cluster):
+    """GCRA, the sliding log and the weighted window in one script call on whichever node
+    serves each tenant's slot (the ZSET and the counter share the tenant's hash tag)."""
+    for i in range(30):
+        tenant = f"tenant-{i}"
+        rounds = [(d.allowed, d.limit) for user in ("a", "a", "a", "b", "b")
+                  for d in [decide("rolling", {"tenant": tenant, "user": user})]]
+        assert [allowed for allowed, _ in rounds] == [True, True, False, True, False], tenant
+        assert (rounds[2][1], rounds[4][1]) == ("log", "win")
+    assert stats.total() == 0
+    assert sum(node.client().dbsize() for node in on_cluster.nodes) == 30 * 4  # g, log a, log b, win
 
 
 def test_the_alias_is_also_a_django_cache(on_cluster: Cluster):

@@ -19,6 +19,8 @@ GCRA = {
     "POLICIES": {
         "api": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m", "burst": 5},
                            {"name": "user", "key": ["tenant", "user"], "rate": "6/m", "burst": 2}]},
+        "rolling": {"limits": [{"name": "log", "key": ["tenant"], "rate": "2/h", "algorithm": "sliding_log"},
+                               {"name": "win", "key": ["tenant"], "rate": "3/h", "algorithm": "sliding_window"}]},
     },
 }
 
@@ -55,6 +57,21 @@ def test_inspect_peeks_without_consuming(real_redis):
     assert 9.0 < user["retry_after_s"] <= 10.0 and tenant["retry_after_s"] == 0
     denied = decide("api", {"tenant": "acme", "user": "7"})
     assert not denied.allowed and abs(denied.retry_after - user["retry_after_s"]) < 0.5
+
+
+@pytest.mark.redis
+@pytest.mark.django_db
+def test_inspect_reads_sliding_limits_without_consuming(real_redis):
+    for _ in range(2):
+        decide("rolling", {"tenant": "acme"})
+    result = json.loads(run("gcra_inspect", "rolling", "tenant=acme", "--json"))
+    log, win = result["limits"]
+    assert (log["algorithm"], len(log["state"]), log["remaining"]) == ("sliding_log", 2, 0)
+    assert 3590 < log["retry_after_s"] <= 3600 and log["tat"] is None
+    assert (win["algorithm"], win["state"][1:], win["remaining"], win["retry_after_s"]) == ("sliding_window", [2, 0], 1, 0)
+    assert real_redis.zcard(log["key"]) == 2  # nothing consumed
+    text = run("gcra_inspect", "rolling", "tenant=acme")
+    assert "2 entries" in text and "sliding_window 3/3600s (N 3)" in text
 
 
 @pytest.mark.redis

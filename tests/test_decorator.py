@@ -167,6 +167,26 @@ def test_methods_may_be_one_string():
     assert get.ratelimit.allowed and get.ratelimit.limit == "" and get.ratelimit.cost == 0  # not limited
 
 
+def test_inline_sliding_log():
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    def view(request):
+        return HttpResponse()
+
+    limited = ratelimit(key="ip", rate="2/h", algorithm="sliding_log", block=False)(view)
+    requests = [RequestFactory().get("/", REMOTE_ADDR="10.9.9.9") for _ in range(3)]
+    for request in requests:
+        limited(request)
+    last = requests[2].ratelimit
+    assert not last.allowed and 3590 < last.retry_after <= 3600 and last.limits[0].algorithm == "sliding_log"
+    assert view_policy_name(view, "2-per-3600s-sliding_log") == last.policy
+    # A GCRA decorator of the same rate on the same view keeps its own counter.
+    again = RequestFactory().get("/", REMOTE_ADDR="10.9.9.9")
+    ratelimit(key="ip", rate="2/h", block=False)(view)(again)
+    assert again.ratelimit.allowed and again.ratelimit.remaining == 1 and again.ratelimit.policy != last.policy
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"key": "ip", "rate": "5/fortnight"}, "invalid rate"),
     ({"key": "nope", "rate": "5/m"}, "unknown descriptor"),
@@ -174,6 +194,9 @@ def test_methods_may_be_one_string():
     ({"key": "ip", "rate": "5/m", "cost": -1}, "cost"),
     ({"policy": "login", "rate": "5/m"}, "either"),
     ({"policy": "login", "key": "user"}, "inline"),
+    ({"policy": "login", "algorithm": "sliding_log"}, "inline"),
+    ({"key": "ip", "rate": "5/m", "algorithm": "sliding_log", "burst": 5}, "no burst"),
+    ({"key": "ip", "rate": "5/m", "algorithm": "leaky"}, "algorithm"),
     ({}, "either"),
 ])
 def test_bad_arguments_fail_at_decoration_time(kwargs, match):

@@ -20,6 +20,8 @@ GCRA = {
         "m_trial": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m", "burst": 1}], "mode": "shadow"},
         "m_open": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m"}], "on_failure": "open"},
         "m_closed": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "60/m"}], "on_failure": "closed"},
+        "m_rolling": {"limits": [{"name": "log", "key": ["tenant"], "rate": "2/h", "algorithm": "sliding_log"},
+                                 {"name": "win", "key": ["tenant"], "rate": "3/h", "algorithm": "sliding_window"}]},
     },
 }
 
@@ -44,6 +46,17 @@ def test_decisions_are_counted_by_policy_limit_and_outcome(fake_redis):
     shadow = count("django_gcra_decisions_total", policy="m_trial", limit="tenant", outcome="shadow_denied")
     decide("m_trial", {"tenant": "t"}), decide("m_trial", {"tenant": "t"})
     assert count("django_gcra_decisions_total", policy="m_trial", limit="tenant", outcome="shadow_denied") == shadow + 1
+
+
+def test_sliding_limits_are_counted_like_any_limit(fake_redis):
+    """(on the embedded fakeredis too: the script runs on its Lua as on Redis's)"""
+    before = [count("django_gcra_decisions_total", policy="m_rolling", limit=lim, outcome=o)
+              for lim, o in (("log", "allowed"), ("log", "denied"))]
+    decisions = [decide("m_rolling", {"tenant": "acme"}) for _ in range(3)]
+    assert [d.allowed for d in decisions] == [True, True, False] and decisions[2].limit == "log"
+    after = [count("django_gcra_decisions_total", policy="m_rolling", limit=lim, outcome=o)
+             for lim, o in (("log", "allowed"), ("log", "denied"))]
+    assert [a - b for a, b in zip(after, before)] == [2, 1]
 
 
 def test_fallback_decisions_are_counted_apart(settings):

@@ -35,6 +35,10 @@ LOOSE = Rate(100_000, 1_000)
 # Over-admission: a limit 8 hammering processes exceed many times over.
 STRICT = Rate(50, 10)
 PRESETS = {"loose": LOOSE, "strict": STRICT}
+# The sliding logs (ours and limits' moving window) hold one entry per admitted unit; the
+# throughput runs cap them at 10,000 per second (django_gcra's most, check E018), still
+# never reached, so both logs hold the same entries.
+LOG_CAP = 10_000
 
 
 @dataclass
@@ -70,6 +74,15 @@ def policies() -> dict:
             {**user, "key": ["tenant", "user"]}]}
         # A lease must stay well below the burst (check E051): 10 on the loose preset, 4 on the strict one.
         out[f"lease-{preset}"] = {"limits": [user], "lease": {"size": min(10, rate.burst // 2), "ttl": 1.0}}
+        # The sliding algorithms: N per second, no burst (the names of one length again); the
+        # log at most LOG_CAP per second (check E018), as limits' moving window here.
+        for algorithm, short in (("sliding_log", "slog"), ("sliding_window", "swin")):
+            text = f"{min(rate.count, LOG_CAP)}/s" if algorithm == "sliding_log" else rate.text
+            one = {"name": "user", "key": ["user"], "rate": text, "algorithm": algorithm}
+            out[f"{short}-{preset}"] = {"limits": [one]}
+            out[f"{short}multi-{preset}"] = {"limits": [
+                {"name": "tenant", "key": ["tenant"], "rate": text, "algorithm": algorithm},
+                {**one, "key": ["tenant", "user"]}]}
     return out
 
 
@@ -119,6 +132,20 @@ def django_gcra_leased(url: str, rate: Rate, preset: str, two: bool) -> Contende
         return None  # leasing a composite policy is a configuration error, by design
     policy = f"lease-{preset}"
     return Contender("django_gcra leased", GCRA, lambda t, u: decide(policy, {"user": u}).allowed)
+
+
+def _django_gcra_sliding(short: str, label: str, algorithm: str):
+    def factory(url: str, rate: Rate, preset: str, two: bool) -> Contender:
+        from django_gcra import decide
+
+        if two:
+            policy = f"{short}multi-{preset}"
+            return Contender(f"{label} composite", algorithm,
+                             lambda t, u: decide(policy, {"tenant": t, "user": u}).allowed)
+        policy = f"{short}-{preset}"
+        return Contender(label, algorithm, lambda t, u: decide(policy, {"user": u}).allowed)
+
+    return factory
 
 
 def drf(url: str, rate: Rate, preset: str, two: bool) -> Contender:
@@ -176,14 +203,14 @@ def smart_ratelimit(url: str, rate: Rate, preset: str, two: bool) -> Contender:
     return Contender("django-smart-ratelimit", LOG, decide)  # its default: sliding window (a ZSET log)
 
 
-def _limits(strategy_name: str, label: str, algorithm: str):
+def _limits(strategy_name: str, label: str, algorithm: str, cap: int | None = None):
     def factory(url: str, rate: Rate, preset: str, two: bool) -> Contender:
         import limits
         import limits.storage
         import limits.strategies
 
         strategy = getattr(limits.strategies, strategy_name)(limits.storage.RedisStorage(url))
-        item = limits.RateLimitItemPerSecond(rate.count)
+        item = limits.RateLimitItemPerSecond(rate.count if cap is None else min(rate.count, cap))
         scopes = ("tenant", "user") if two else ("user",)
 
         def decide(t: str, u: str) -> bool:
@@ -223,13 +250,18 @@ def bare_script(url: str, rate: Rate, preset: str, two: bool) -> Contender:
     return Contender("bare script (floor)", GCRA, lambda t, u: one(f"bare:{{{u}}}"))
 
 
+# The sliding contenders and the peer running the same algorithm (the comparison bench_peers reports).
+SLIDING_PAIRS = {"django_gcra_log": "limits_moving", "django_gcra_window": "limits_sliding"}
+
 FACTORIES: dict[str, Callable[..., Contender | None]] = {
     "django_gcra": django_gcra,
     "django_gcra_leased": django_gcra_leased,
+    "django_gcra_log": _django_gcra_sliding("slog", "django_gcra sliding_log", LOG),
+    "django_gcra_window": _django_gcra_sliding("swin", "django_gcra sliding_window", COUNTER),
     "drf": drf,
     "django_ratelimit": django_ratelimit,
     "smart_ratelimit": smart_ratelimit,
-    "limits_moving": _limits("MovingWindowRateLimiter", "limits moving window", LOG),
+    "limits_moving": _limits("MovingWindowRateLimiter", "limits moving window", LOG, cap=LOG_CAP),
     "limits_sliding": _limits("SlidingWindowCounterRateLimiter", "limits sliding counter", COUNTER),
     "throttled_gcra": throttled_gcra,
     "bare": bare_script,

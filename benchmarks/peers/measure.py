@@ -68,29 +68,36 @@ def _commandstats(client) -> dict[str, int]:
     return {k.removeprefix("cmdstat_"): v["calls"] for k, v in client.info("commandstats").items()}
 
 
+def _command_usec(client) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): v["usec"] for k, v in client.info("commandstats").items()}
+
+
 @dataclass(frozen=True)
 class Commands:
     round_trips: float  # commands the client sent, per decision
     server: float  # commands Redis ran, per decision, those inside scripts included
     detail: str  # e.g. "evalsha 1.00 | get 1.00, set 1.00, time 1.00"
+    server_us: float = 0.0  # Redis's own time per decision (INFO commandstats usec of the commands sent)
 
 
 def commands(client, contender: Contender, workload: Workload, n: int) -> Commands:
     """Commands per decision: what the client sends (``wire.sent_commands``) and what
     Redis runs (``INFO commandstats`` deltas)."""
     contender.decide(*workload(0))
-    before = _commandstats(client)
+    before, usec_before = _commandstats(client), _command_usec(client)
     with sent_commands() as sent:
         for i in range(n):
             contender.decide(*workload(i))
-    after = _commandstats(client)
+    after, usec_after = _commandstats(client), _command_usec(client)
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     delta = {k: v for k, v in delta.items() if v and k != "info"}
     sent_kinds = sorted(set(sent))
     in_scripts = {k: v - sent.count(k) for k, v in delta.items() if v > sent.count(k)}
     detail = (", ".join(f"{k} {sent.count(k) / n:.2f}" for k in sent_kinds) + " | "
               + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(in_scripts.items())))
-    return Commands(len(sent) / n, sum(delta.values()) / n, detail)
+    # A script's usec covers the commands it runs, so only what the client sent is summed.
+    server_us = sum(usec_after.get(k, 0) - usec_before.get(k, 0) for k in sent_kinds if k != "info") / n
+    return Commands(len(sent) / n, sum(delta.values()) / n, detail, server_us)
 
 
 @dataclass(frozen=True)

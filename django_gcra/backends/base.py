@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 
-from ..algorithm import ALLOWED
+from ..algorithm import ALLOWED, GCRA
 
 
 class BackendError(Exception):
@@ -16,10 +16,19 @@ class BackendError(Exception):
 
 
 class LimitSpec(NamedTuple):
+    """One limit of one decision, as plain numbers.
+
+    GCRA (``algorithm`` 0): ``interval`` us between units, ``burst`` units at once. The
+    sliding log (1) and the weighted window (2): ``burst`` is N, the units admitted in
+    any ``period`` us (``interval`` is then informative only: period / N, rounded up).
+    """
+
     key: str
     interval: int  # us
     burst: int
     enforce: bool = True  # False: a shadow limit, whose denial only counts as "would deny"
+    algorithm: int = GCRA  # algorithm.GCRA, SLIDING_LOG or SLIDING_WINDOW
+    period: int = 0  # us; the sliding algorithms' window
 
 
 class Outcome(NamedTuple):
@@ -29,7 +38,7 @@ class Outcome(NamedTuple):
     binding: int | None  # index into the specs
     now: int  # the store's clock, us since the epoch
     remaining: tuple[int, ...]
-    reset_after: tuple[int, ...]  # us until each key is fully rested
+    reset_after: tuple[int, ...]  # us until each key is fully rested (sliding: until one more unit frees)
     granted: int | None = None  # take(): the units consumed (0 when denied)
 
     @property
@@ -65,6 +74,11 @@ class Backend(ABC):
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         """The stored TATs (us) of ``keys``, for inspection; None where a key is absent."""
+        raise NotImplementedError
+
+    def read_states(self, specs: Sequence[LimitSpec]) -> list[Any]:
+        """What each limit's key stores, in the twins' terms (``algorithm.composite``): a GCRA
+        TAT, the log's entry times, or a weighted window's (start, cur, prev); None where absent."""
         raise NotImplementedError
 
 

@@ -1,55 +1,158 @@
--- django_gcra: one atomic GCRA decision over 1..N limits (a composite policy).
+-- django_gcra: one atomic decision over 1..N limits (a composite policy), of any algorithm.
 -- KEYS[i]: the limit keys, all in one cluster slot (shared hash tag).
--- ARGV[1]: cost (0 peeks); then per limit i: interval_us, burst, enforce (1) | shadow (0).
--- ARGV[3n+2] (optional): least. Present, the script takes as many units as every limit
---   has free now, at most ARGV[1] and at least `least` (a lease refill), and appends the
---   units it decided on to the reply.
+-- ARGV[1]: cost (0 peeks); then per limit i: a, b, flag. flag = 2 * algorithm + enforce,
+--   enforce 1 | shadow 0: '1'/'0' GCRA (a = interval_us, b = burst); '3'/'2' the sliding
+--   log, '5'/'4' the weighted window (a = period_us, b = N, the units in any period).
+-- ARGV[3n+2] (optional): least. Present, the script takes as many units as every GCRA
+--   limit has free now, at most ARGV[1] and at least `least` (a lease refill), and
+--   appends the units it decided on to the reply.
 -- Returns {enforced, would, retry_us, binding, now_us, remaining_1, reset_us_1, ...[, cost]}
---   enforced: 1 allowed, 0 denied, -1 never satisfiable (cost > burst), by enforcing limits
+--   enforced: 1 allowed, 0 denied, -1 never satisfiable (cost > burst or N), by enforcing limits
 --   would:    the same over all limits, shadow ones included
 --   retry_us / binding: the largest retry among the denying limits (enforcing first), 1-based
--- Writes every TAT when all limits allow; only the enforcing limits' TATs when just
+--   reset_us: GCRA, until the key is rested; sliding, until one more unit is free
+-- Writes every limit's state when all limits allow; only the enforcing limits' when just
 -- the shadow limits deny (the hypothetical denial consumes nothing); otherwise nothing.
+-- The sliding log is a ZSET of admission times (score, us), one entry per unit; the
+-- weighted window a string "start:cur:prev". Their arithmetic is django_gcra/sliding.py's.
 local cost = tonumber(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local n = #KEYS
+-- The sliding algorithms' helpers are built only for a call that has such a limit, so a
+-- GCRA-only call (the hot path) pays nothing for them, and a log-only call nothing for
+-- the weighted window's.
+local has_log, has_win = false, false
+for i = 1, n do
+  local flag = ARGV[3 * i + 1]
+  if flag ~= '1' and flag ~= '0' then
+    if flag == '3' or flag == '2' then has_log = true else has_win = true end
+  end
+end
+local sliding = has_log or has_win
+local us, unpk, log_nth, fits, earliest, wwait, wleft, wreset
+if sliding then
+  us = function(x) return string.format('%.0f', x) end
+end
+if has_log then
+  unpk = unpack or table.unpack  -- Lua 5.1 (Redis); 5.2+ elsewhere (fakeredis)
+  -- The sliding log: entries in the window are those after now - period.
+  log_nth = function(key, since, k)  -- the k-th oldest entry's time in the window
+    local e = redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
+    return tonumber(e[2])
+  end
+end
+if has_win then
+  -- The weighted window (see sliding.py: _fits, _earliest, window_wait, window_remaining).
+  fits = function(cur, prev, off, p, lim, need)
+    return cur + need <= lim and prev * (p - off) <= (lim - cur - need) * p
+  end
+  earliest = function(prev, room, p)
+    local x = p - math.floor(room * p / prev)
+    for _ = 1, 3 do
+      if prev * (p - x) <= room * p then break end
+      x = x + 1
+    end
+    return x
+  end
+  wwait = function(cur, prev, off, p, lim, need)
+    if fits(cur, prev, off, p, lim, need) then return 0 end
+    if cur + need <= lim then
+      local x = earliest(prev, lim - cur - need, p)
+      if x < p then return x - off end
+      return p - off
+    end
+    local y = math.max(0, earliest(cur, lim - need, p))
+    if y < p then return p - off + y end
+    return 2 * p - off
+  end
+  wleft = function(cur, prev, off, p, lim)
+    local r = lim - cur - math.ceil(prev * (p - off) / p)
+    while r > 0 and not fits(cur, prev, off, p, lim, r) do r = r - 1 end
+    return math.max(0, r)
+  end
+  wreset = function(cur, prev, off, p, lim, left)
+    if left >= lim then return 0 end
+    return wwait(cur, prev, off, p, lim, left + 1)
+  end
+end
 local least = tonumber(ARGV[3 * n + 2])
 if least then
   for i = 1, n do
-    local interval = tonumber(ARGV[3 * i - 1])
-    local tat = tonumber(redis.call('GET', KEYS[i])) or now
-    if tat < now then tat = now end
-    local free = math.floor((now + interval * tonumber(ARGV[3 * i]) - tat) / interval)
-    if free < cost then cost = free end
+    local flag = ARGV[3 * i + 1]
+    if flag == '1' or flag == '0' then  -- leases never run on sliding limits (check E054)
+      local interval = tonumber(ARGV[3 * i - 1])
+      local tat = tonumber(redis.call('GET', KEYS[i])) or now
+      if tat < now then tat = now end
+      local free = math.floor((now + interval * tonumber(ARGV[3 * i]) - tat) / interval)
+      if free < cost then cost = free end
+    end
   end
   if cost < least then cost = least end
 end
-local tats, new_tats = {}, {}
+local tats, new_tats, slide = {}, {}, sliding and {}
 local enforced, would = 1, 1
 local e_retry, e_bind, s_retry, s_bind = -1, 0, -1, 0
 
 for i = 1, n do
-  local interval = tonumber(ARGV[3 * i - 1])
-  local burst = tonumber(ARGV[3 * i])
-  local enforce = ARGV[3 * i + 1] == '1'
-  local tat = tonumber(redis.call('GET', KEYS[i])) or now
-  if tat < now then tat = now end
-  local tolerance = interval * burst
-  tats[i] = tat
-  local retry = nil
+  local flag = ARGV[3 * i + 1]
+  local enforce, retry
   local status = 1
-  if cost > burst then
-    status, retry = -1, 1e300
-  else
-    local new_tat = tat + interval * cost
-    local allow_at = new_tat - tolerance
-    if allow_at > now then
-      status, retry = 0, allow_at - now
+  if flag == '1' or flag == '0' then
+    local interval = tonumber(ARGV[3 * i - 1])
+    local burst = tonumber(ARGV[3 * i])
+    enforce = flag == '1'
+    local tat = tonumber(redis.call('GET', KEYS[i])) or now
+    if tat < now then tat = now end
+    tats[i] = tat
+    if cost > burst then
+      status, retry = -1, 1e300
     else
-      new_tats[i] = new_tat
+      local new_tat = tat + interval * cost
+      local allow_at = new_tat - interval * burst
+      if allow_at > now then
+        status, retry = 0, allow_at - now
+      else
+        new_tats[i] = new_tat
+      end
     end
+  else
+    local f = tonumber(flag)
+    local p, lim = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])
+    enforce = f % 2 == 1
+    local st = {log = f < 4, p = p, lim = lim}
+    slide[i] = st
+    if st.log then
+      st.since = '(' .. us(now - p)
+      st.count = redis.call('ZCOUNT', KEYS[i], st.since, '+inf')
+      if cost > lim then
+        status, retry = -1, 1e300
+      elseif st.count + cost > lim then
+        status, retry = 0, log_nth(KEYS[i], st.since, st.count + cost - lim) + p - now
+      end
+    else
+      local start = now - math.fmod(now, p)
+      local s, cur, prev, off = start, 0, 0, now - start
+      local raw = redis.call('GET', KEYS[i])
+      local ss, cc, pp
+      if raw then ss, cc, pp = string.match(raw, '^(%d+):(%d+):(%d+)$') end
+      ss = tonumber(ss)
+      if ss then  -- (a value the script did not write counts as a fresh key)
+        if ss >= start then
+          s, cur, prev, off = ss, tonumber(cc), tonumber(pp), math.max(0, now - ss)
+        elseif ss >= start - p then
+          prev = tonumber(cc)
+        end
+      end
+      st.s, st.cur, st.prev, st.off = s, cur, prev, off
+      if cost > lim then
+        status, retry = -1, 1e300
+      elseif not fits(cur, prev, off, p, lim, cost) then
+        status, retry = 0, wwait(cur, prev, off, p, lim, cost)
+      end
+    end
+    st.ok = status == 1
   end
   if status ~= 1 then
     if enforce then
@@ -63,18 +166,66 @@ end
 
 local result = {enforced, would, 0, 0, now}
 for i = 1, n do
-  local stored = tats[i]
-  if enforced == 1 and new_tats[i] and (would == 1 or ARGV[3 * i + 1] == '1') then
-    stored = new_tats[i]
-    if cost > 0 then
-      redis.call('SET', KEYS[i], string.format('%.0f', stored),
-                 'PX', math.ceil((stored - now) / 1000) + 1)
+  local flag = ARGV[3 * i + 1]
+  local st = sliding and slide[i]
+  if not st then
+    local stored = tats[i]
+    if enforced == 1 and new_tats[i] and (would == 1 or flag == '1') then
+      stored = new_tats[i]
+      if cost > 0 then
+        redis.call('SET', KEYS[i], string.format('%.0f', stored),
+                   'PX', math.ceil((stored - now) / 1000) + 1)
+      end
+    end
+    local interval = tonumber(ARGV[3 * i - 1])
+    local tolerance = interval * tonumber(ARGV[3 * i])
+    result[4 + 2 * i] = math.max(0, math.floor((now + tolerance - stored) / interval))
+    result[5 + 2 * i] = stored - now
+  else
+    local write = enforced == 1 and st.ok and (would == 1 or tonumber(flag) % 2 == 1)
+    local p, lim = st.p, st.lim
+    if st.log then
+      local count = st.count
+      if write and cost > 0 then
+        local key = KEYS[i]
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', us(now - p))
+        -- Members are unique while Redis time does not step back; if it did, salt them.
+        local j, salt = 0, 0
+        while j < cost and salt < 4 do
+          local args, from = {}, j
+          for k = from + 1, math.min(cost, from + 1000) do  -- unpack() takes a few thousand values
+            args[#args + 1] = now
+            args[#args + 1] = us(now) .. ':' .. (count + k) .. (salt > 0 and ':' .. salt or '')
+          end
+          j = from + redis.call('ZADD', key, unpk(args))
+          if j == from + #args / 2 then salt = 0 else salt = salt + 1 end
+        end
+        redis.call('PEXPIRE', key, math.ceil(p / 1000) + 1)
+      end
+      if write then count = count + cost end
+      local left = math.max(0, lim - count)
+      result[4 + 2 * i] = left
+      if count == 0 then
+        result[5 + 2 * i] = 0
+      elseif write and st.count == 0 then
+        result[5 + 2 * i] = p  -- the oldest entry is this decision's
+      else
+        result[5 + 2 * i] = log_nth(KEYS[i], st.since, count - lim + left + 1) + p - now
+      end
+    else
+      local cur, prev, off = st.cur, st.prev, st.off
+      if write then
+        cur = cur + cost
+        if cost > 0 then
+          redis.call('SET', KEYS[i], string.format('%s:%d:%d', us(st.s), cur, prev),
+                     'PX', math.ceil((st.s + 2 * p - now) / 1000) + 1)
+        end
+      end
+      local left = wleft(cur, prev, off, p, lim)
+      result[4 + 2 * i] = left
+      result[5 + 2 * i] = wreset(cur, prev, off, p, lim, left)
     end
   end
-  local interval = tonumber(ARGV[3 * i - 1])
-  local tolerance = interval * tonumber(ARGV[3 * i])
-  result[4 + 2 * i] = math.max(0, math.floor((now + tolerance - stored) / interval))
-  result[5 + 2 * i] = stored - now
 end
 
 local retry, bind = 0, 0

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 from ..algorithm import DENIED
 from .base import Backend, BackendError, LimitSpec, Outcome
@@ -331,6 +332,9 @@ class LeasingBackend(Backend):
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         return self.inner.read_tats(keys)
+
+    def read_states(self, specs: Sequence[LimitSpec]) -> list[Any]:
+        return self.inner.read_states(specs)
 
 
 # One background thread runs prefetches, so a hot key rarely waits on the store.

@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from ..algorithm import ALLOWED, gcra_composite
+from ..algorithm import ALLOWED, GCRA, SLIDING_LOG, composite
 from .base import Backend, LimitSpec, Outcome
 
 
@@ -14,13 +15,24 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
+def _expiry(spec: LimitSpec, state: Any, now: int) -> int:
+    """When a written state stops mattering, as the script's PX says: a GCRA TAT; the log's
+    newest entry (now) plus the period; the weighted window's start plus two periods."""
+    if spec.algorithm == GCRA:
+        return int(state)
+    if spec.algorithm == SLIDING_LOG:
+        return now + spec.period
+    return int(state[0]) + 2 * spec.period
+
+
 class MemoryBackend(Backend):
-    """GCRA over a dict of key -> TAT; keys vanish when their TAT passes, as in Redis."""
+    """The script's algorithms (``algorithm.composite``) over a dict of key -> (expiry,
+    state); keys vanish when their state stops mattering, as in Redis."""
 
     def __init__(self, clock: Callable[[], int] = _now_us, max_keys: int = 100_000) -> None:
         self.clock = clock
         self.max_keys = max_keys
-        self._tats: dict[str, int] = {}
+        self._tats: dict[str, tuple[int, Any]] = {}
         self._lock = threading.Lock()
 
     def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
@@ -32,11 +44,12 @@ class MemoryBackend(Backend):
     def _decide(self, specs: Sequence[LimitSpec], cost: int, least: int | None) -> Outcome:
         with self._lock:
             now = self.clock()
-            tats = [self._get(spec.key, now) for spec in specs]
-            result = gcra_composite(tats, now, [(s.interval, s.burst, s.enforce) for s in specs], cost, least)
-            for spec, tat in zip(specs, result.writes):
-                if tat is not None:
-                    self._tats[spec.key] = tat
+            states = [self._get(spec.key, now) for spec in specs]
+            limits = [(s.algorithm, s.period if s.algorithm else s.interval, s.burst, s.enforce) for s in specs]
+            result = composite(states, now, limits, cost, least)
+            for spec, state in zip(specs, result.writes):
+                if state is not None:
+                    self._tats[spec.key] = (_expiry(spec, state, now), state)
             if len(self._tats) > self.max_keys:
                 self._evict(now)
         granted = None if least is None else result.cost if result.enforced == ALLOWED else 0
@@ -46,19 +59,27 @@ class MemoryBackend(Backend):
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         with self._lock:
             now = self.clock()
-            return [self._get(key, now) for key in keys]
+            states = [self._get(key, now) for key in keys]
+        return [state if isinstance(state, int) else None for state in states]
 
-    def _get(self, key: str, now: int) -> int | None:
-        tat = self._tats.get(key)
-        if tat is not None and tat <= now:
+    def read_states(self, specs: Sequence[LimitSpec]) -> list[Any]:
+        with self._lock:
+            now = self.clock()
+            return [self._get(spec.key, now) for spec in specs]
+
+    def _get(self, key: str, now: int) -> Any:
+        found = self._tats.get(key)
+        if found is None:
+            return None
+        if found[0] <= now:
             del self._tats[key]
             return None
-        return tat
+        return found[1]
 
     def _evict(self, now: int) -> None:
         # Drop rested keys first; if still too many, keep the half furthest from
         # resting, so what is forgotten is the least recorded consumption.
-        self._tats = {k: v for k, v in self._tats.items() if v > now}
+        self._tats = {k: v for k, v in self._tats.items() if v[0] > now}
         if len(self._tats) > self.max_keys:
-            keep = sorted(self._tats.items(), key=lambda kv: kv[1])[-self.max_keys // 2:]
+            keep = sorted(self._tats.items(), key=lambda kv: kv[1][0])[-self.max_keys // 2:]
             self._tats = dict(keep)

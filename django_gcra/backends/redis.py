@@ -25,7 +25,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ..algorithm import ALLOWED
+from ..algorithm import ALLOWED, GCRA, SLIDING_LOG
 from .base import Backend, BackendError, LimitSpec, Outcome
 from .breaker import CLOSED, CircuitBreaker
 from .clients import ConnectionSetUpFailed
@@ -48,11 +48,15 @@ SCRIPT_SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
 
 
 def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None) -> list[Any]:
-    """ARGV for the script: cost, then interval, burst and enforce flag per limit, then
-    ``least`` for a take (as many units as fit, at most ``cost``, at least ``least``)."""
+    """ARGV for the script: cost, then per limit interval, burst and enforce flag (GCRA),
+    or period, N and 2 * algorithm + enforce (the sliding ones); then ``least`` for a take
+    (as many units as fit, at most ``cost``, at least ``least``)."""
     args: list[Any] = [cost]
     for spec in specs:
-        args += (spec.interval, spec.burst, 1 if spec.enforce else 0)
+        if spec.algorithm:
+            args += (spec.period, spec.burst, 2 * spec.algorithm + (1 if spec.enforce else 0))
+        else:
+            args += (spec.interval, spec.burst, 1 if spec.enforce else 0)
     if least is not None:
         args.append(least)
     return args
@@ -192,4 +196,25 @@ class RedisBackend(Backend):
             values = self.get_client().mget(keys)
         except _STORE_ERRORS as exc:
             raise BackendError(f"{type(exc).__name__}: {exc}") from exc
-        return [None if v is None else int(v) for v in values]
+        return [None if v is None or not v.isdigit() else int(v) for v in values]
+
+    def read_states(self, specs: Sequence[LimitSpec]) -> list[Any]:
+        try:
+            client = self.get_client()
+            states: list[Any] = []
+            for spec in specs:  # one key at a time: a cluster may serve them from one slot only
+                if spec.algorithm == SLIDING_LOG:
+                    entries = client.zrange(spec.key, 0, -1, withscores=True)
+                    states.append(tuple(sorted(int(score) for _, score in entries)) or None)
+                    continue
+                value = client.get(spec.key)
+                if value is None:
+                    states.append(None)
+                elif spec.algorithm == GCRA:
+                    states.append(int(value))
+                else:
+                    start, cur, prev = (int(part) for part in value.split(b":"))
+                    states.append((start, cur, prev))
+        except _STORE_ERRORS as exc:
+            raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+        return states

@@ -59,3 +59,26 @@ def timed_loop(admit, start_at: float, duration: float, max_calls: int) -> tuple
         calls += 1
         admitted += bool(admit())
     return admitted, calls, first, time.time()
+
+
+def hammer_times(redis_url: str, gcra: dict, policy: str, descriptors: dict, start_at: float, duration: float,
+                 max_calls: int = 200_000) -> tuple[list[int], int]:
+    """Like ``hammer``, on the store directly: the Redis times (us, the script's own clock,
+    ``Outcome.now``) of the admitted decisions, and the number of calls."""
+    setup_django(redis_url, gcra)
+    from django_gcra.plan import plan
+    from django_gcra.store import store_backend
+
+    specs = plan(policy, descriptors).specs
+    backend = store_backend()
+    backend.evaluate(specs, 0)  # connect and load the script before the clock starts
+    times: list[int] = []
+
+    def admit() -> bool:
+        outcome = backend.evaluate(specs, 1)
+        if outcome.allowed:
+            times.append(outcome.now)
+        return outcome.allowed
+
+    _, calls, _, _ = timed_loop(admit, start_at, duration, max_calls)
+    return times, calls

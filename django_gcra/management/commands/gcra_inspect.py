@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_gcra.algorithm import gcra
+from django_gcra.algorithm import GCRA, composite
 from django_gcra.backends import BackendError
 from django_gcra.limiter import backend_for, get_policy, plan
 
@@ -49,18 +49,21 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         backend = backend_for(pol)
         try:
-            tats = backend.read_tats([s.key for s in p.specs]) if p.specs else []
+            states = backend.read_states(p.specs) if p.specs else []
             outcome = backend.evaluate(p.specs, 0) if p.specs else None  # cost 0: reads, never writes
         except BackendError as exc:
             raise CommandError(f"the store is unreachable: {exc}") from None
         rows = []
         for i, (planned, spec) in enumerate(zip(p.limits, p.specs, strict=True)):
             assert outcome is not None  # there are specs
-            tat = tats[i]
-            nxt = gcra(tat, outcome.now, spec.interval, spec.burst, cost)
+            state = states[i]
+            a = spec.period if spec.algorithm else spec.interval
+            nxt = composite([state], outcome.now, [(spec.algorithm, a, spec.burst, True)], cost)
+            tat = state if spec.algorithm == GCRA else None
             rows.append({
                 "limit": planned.limit.name, "key": spec.key, "rate": str(planned.rate), "burst": planned.burst,
-                "mode": planned.mode, "tat": tat,
+                "algorithm": planned.limit.algorithm, "mode": planned.mode, "tat": tat,
+                "state": None if spec.algorithm == GCRA or state is None else list(state),
                 "tat_ahead_s": None if tat is None else round((tat - outcome.now) / 1e6, 6),
                 "remaining": outcome.remaining[i], "reset_after_s": round(outcome.reset_after[i] / 1e6, 6),
                 "retry_after_s": None if nxt.retry_after is None else round(nxt.retry_after / 1e6, 6),
@@ -79,6 +82,9 @@ class Command(BaseCommand):
         if not result["limits"]:
             self.stdout.write("no limit applies to these descriptors")
         for row in result["limits"]:
+            if row["algorithm"] != "gcra":
+                self._sliding_row(row)
+                continue
             tat = "absent (rested)" if row["tat"] is None else f"{row['tat']} (+{row['tat_ahead_s']:.3f}s)"
             retry = "never (cost > burst)" if row["retry_after_s"] is None else f"{row['retry_after_s']:.3f}s"
             self.stdout.write(
@@ -86,3 +92,18 @@ class Command(BaseCommand):
                 f"    key         {row['key']}\n    stored TAT  {tat}\n"
                 f"    remaining   {row['remaining']}\n    reset in    {row['reset_after_s']:.3f}s\n"
                 f"    retry-after {retry}")
+
+    def _sliding_row(self, row: dict[str, Any]) -> None:
+        state = row["state"]
+        if state is None:
+            held = "absent (rested)"
+        elif row["algorithm"] == "sliding_log":
+            held = f"{len(state)} entries (the log keeps those in the window)"
+        else:
+            held = f"window from {state[0]}: {state[1]} units, {state[2]} in the window before"
+        retry = "never (cost > N)" if row["retry_after_s"] is None else f"{row['retry_after_s']:.3f}s"
+        self.stdout.write(
+            f"- {row['limit']} [{row['mode']}] {row['algorithm']} {row['rate']} (N {row['burst']})\n"
+            f"    key         {row['key']}\n    stored      {held}\n"
+            f"    remaining   {row['remaining']}\n    next unit in {row['reset_after_s']:.3f}s\n"
+            f"    retry-after {retry}")

@@ -28,8 +28,9 @@ class Command(BaseCommand):
             for limit in policy.limits:
                 rates = ", ".join(str(r) if t is None else f"{t}: {r}" for t, r in limit.rates.items())
                 burst = limit.burst if limit.burst is not None else "= rate count"
+                shape = f"burst {burst}" if not limit.sliding else f"{limit.algorithm}: N per rolling period"
                 self.stdout.write(f"  - {limit.name} [{policy.mode_of(limit)}] key {'+'.join(limit.key)}: {rates}, "
-                                  f"burst {burst}")
+                                  f"{shape}")
         self._overrides()
         self._regions()
         self.stdout.write(self.style.MIGRATE_HEADING("Audit"))
