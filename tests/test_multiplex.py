@@ -38,6 +38,10 @@ def evalsha_calls(client) -> int:
     return client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
 
 
+def script_loads(client) -> int:
+    return sum(v["calls"] for k, v in client.info("commandstats").items() if k.startswith("cmdstat_script"))
+
+
 def mux():
     found = multiplexer_for(limiter_async_client("default"))
     assert found is not None
@@ -78,8 +82,10 @@ async def test_a_lone_decision_goes_out_alone(real_redis, policies):
 async def test_noscript_is_handled_per_command(real_redis, policies):
     await adecide("wide", {"ip": "warm"})
     real_redis.script_flush()  # a restart or failover lost the script
+    loads = script_loads(real_redis)
     decisions = await asyncio.wait_for(asyncio.gather(*[adecide("wide", {"ip": f"n{i}"}) for i in range(32)]), 30)
     assert not any(d.fallback for d in decisions) and stats.total() == 0
+    assert script_loads(real_redis) - loads == 1  # one load for the whole batch that met NOSCRIPT
 
 
 async def test_an_error_reply_is_its_callers_only(real_redis, policies):

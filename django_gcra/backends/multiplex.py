@@ -36,7 +36,10 @@ from .direct import _pack
 __all__ = ["ASYNC_LANES", "MAX_BATCH", "Multiplexer", "multiplexer_for"]
 
 ASYNC_LANES = 4  # connections per event loop and alias that carry decisions
-MAX_BATCH = 128  # commands per write
+# Commands per write. A batch shares one round-trip deadline (TIMEOUT), and Redis runs its
+# scripts one after another: 32 keeps a batch's server time far inside the 10 ms default
+# (a longer queue spreads over the lanes, then waits for the next batch).
+MAX_BATCH = 32
 
 _Call = tuple[tuple[Any, ...], "asyncio.Future[Any]"]
 
@@ -60,6 +63,7 @@ class Multiplexer:
         self._running = 0  # lane tasks alive
         self._ready = 0  # lanes alive and not in flight: they will take what is queued
         self._tasks: set[asyncio.Task[None]] = set()
+        self._once: dict[Any, asyncio.Future[Any]] = {}
         self.batches = self.commands = self.largest = 0  # counters (benchmarks, tests)
 
     async def execute(self, *args: Any) -> Any:
@@ -70,6 +74,15 @@ class Multiplexer:
         if not self._ready and self._running < self.lanes:
             self._start(loop)
         return await future
+
+    async def once(self, *args: Any) -> Any:
+        """``execute(*args)`` sent once for every caller that asks while it is in flight
+        (``SCRIPT LOAD`` after a batch of NOSCRIPT replies: one load, not one per caller)."""
+        future = self._once.get(args)
+        if future is None:
+            future = self._once[args] = asyncio.ensure_future(self.execute(*args))
+            future.add_done_callback(lambda _: self._once.pop(args, None))
+        return await asyncio.shield(future)  # one caller's cancellation does not cancel the others'
 
     def abandon(self, reason: BaseException) -> None:
         """Answer every queued (not yet sent) command now with ``reason``."""

@@ -97,12 +97,12 @@ async def arun_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> 
 
 async def amux_script(mux: Multiplexer, keys: Sequence[str], args: Sequence[Any]) -> Any:
     """``arun_script`` through the loop's multiplexer: one EVALSHA in the next batch; on
-    NOSCRIPT (this caller's own error reply) the script is loaded, in a batch too, and the
-    call sent once more."""
+    NOSCRIPT (this caller's own error reply) the script is loaded, once for all the callers
+    that met NOSCRIPT meanwhile and in a batch too, and the call sent once more."""
     try:
         return await mux.execute("EVALSHA", SCRIPT_SHA, len(keys), *keys, *args)
     except NoScriptError:
-        await mux.execute("SCRIPT", "LOAD", SCRIPT)
+        await mux.once("SCRIPT", "LOAD", SCRIPT)  # one load for every caller that met NOSCRIPT meanwhile
         return await mux.execute("EVALSHA", SCRIPT_SHA, len(keys), *keys, *args)
 
 
