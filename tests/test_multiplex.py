@@ -134,3 +134,18 @@ async def test_a_timed_out_batch_never_hands_a_late_reply_to_anyone(redis_server
     finally:
         reset_breakers()
         stats.reset()
+
+
+async def test_a_cancelled_lane_cancels_its_callers_and_the_next_command_is_served(real_redis, policies):
+    await adecide("wide", {"ip": "warm"})
+    m = mux()
+    callers = [asyncio.ensure_future(m.execute("INCR", "lane")) for _ in range(5)]
+    for _ in range(3):
+        await asyncio.sleep(0)  # the lane takes them and writes
+    assert m._tasks
+    for task in list(m._tasks):
+        task.cancel()  # what closing the loop does to it
+    results = await asyncio.gather(*callers, return_exceptions=True)
+    assert all(isinstance(r, (asyncio.CancelledError, int)) for r in results)
+    assert any(isinstance(r, asyncio.CancelledError) for r in results)
+    assert await asyncio.wait_for(m.execute("PING"), 10) == b"PONG"  # a new lane, a clean connection

@@ -156,8 +156,12 @@ class Multiplexer:
             # out of step, so no later reply is read from it; the unanswered callers fail.
             await connection.disconnect(nowait=True)
             for _, future in batch[answered:]:
-                if not future.done():
-                    future.set_exception(_copy(exc) if isinstance(exc, Exception) else asyncio.CancelledError())
+                if future.done():
+                    continue
+                if isinstance(exc, Exception):
+                    future.set_exception(_copy(exc))
+                else:  # the lane was cancelled (its loop is closing): so are its callers
+                    future.cancel()
             if not isinstance(exc, Exception):
                 raise
         finally:
