@@ -1,5 +1,7 @@
 """Leases on a hot key: store commands per decision and decisions per second, leased
-against unleased, measured in the same run on a loopback redis-server this script starts.
+against unleased and against the bare script (the seed's, one EVALSHA per decision
+through redis-py), measured in the same run on a loopback redis-server this script
+starts; and a leased policy on 10,000 cold keys against the unleased one.
 
     .venv/bin/python benchmarks/bench_leases.py [--seconds 1.5] [--max-decisions 50000]
 
@@ -19,6 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.bench_core import BARE_SCRIPT
 from tests.support.servers import start_redis
 from tests.support.workers import setup_django
 
@@ -26,7 +29,8 @@ UNDER = {"rate": "1000000/s", "burst": 1000}  # the hot key stays under its limi
 OVER = {"rate": "2000/s", "burst": 100}  # the hot key is far over its limit
 LIMITS = {"under": UNDER, "over": OVER}
 # path -> (lease size, low_water); size None is the unleased path
-PATHS = {"plain": (None, 0), "L=10": (10, 0), "L=10+pre": (10, 2), "L=50": (50, 0), "L=50+pre": (50, 10)}
+PATHS = {"plain": (None, 0), "L=10": (10, 0), "L=10+pre": (10, 3), "L=50": (50, 0), "L=50+pre": (50, 10)}
+COLD_KEYS = 10_000  # the cold scenario: every decision on the next of these keys, round robin
 
 
 def policies() -> dict:
@@ -44,21 +48,92 @@ def evalsha(client) -> int:
     return client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
 
 
-def run(client, policy: str, key: str, seconds: float, max_decisions: int) -> tuple[int, int, int, float]:
+def run(client, policy: str, key: str, seconds: float, max_decisions: int, cold: bool = False
+        ) -> tuple[int, int, int, float]:
     from django_gcra import decide
 
     decide(policy, {"ip": "warm"}, cost=0)  # load the script and connect, off the clock
     time.sleep(0.05)
     before = evalsha(client)
     admitted = n = 0
+    keys = [f"{key}:{i}" for i in range(COLD_KEYS)] if cold else [key]
     start = time.perf_counter()
     deadline = start + seconds
     while n < max_decisions and (n % 256 or time.perf_counter() < deadline):
+        admitted += decide(policy, {"ip": keys[n % len(keys)]}).allowed
         n += 1
-        admitted += decide(policy, {"ip": key}).allowed
     elapsed = time.perf_counter() - start
     time.sleep(0.05)  # let a background prefetch finish, so its call is counted
     return n, admitted, evalsha(client) - before, elapsed
+
+
+def run_bare(client, key: str, seconds: float, max_decisions: int) -> tuple[int, int, int, float]:
+    """The floor: the seed's script, one EVALSHA per decision through redis-py."""
+    script = client.register_script(BARE_SCRIPT)
+    keys, args = [f"bare:{{{key}}}"], [1, 1000, 1]  # 1 us interval, burst 1000: always admitted
+    script(keys=keys, args=args)
+    n = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    while n < max_decisions and (n % 256 or time.perf_counter() < deadline):
+        script(keys=keys, args=args)
+        n += 1
+    return n, n, n, time.perf_counter() - start
+
+
+def cold_rounds(client, args) -> None:
+    """A leased policy on keys that never prove hot, against the unleased policy. The plan
+    memo (4,096 plans, shared by all policies, not refilled for 10 s once full) is emptied
+    before each path, so no path inherits another's memoized plans or a full memo, and
+    the order of the paths rotates from round to round."""
+    from django_gcra.plan import _plans
+
+    paths = ("plain", "L=10", "L=50")
+    rates: dict[str, list[float]] = {path: [] for path in paths}
+    leased: dict[str, int] = dict.fromkeys(paths, 0)
+    for round_ in range(args.rounds):
+        for path in paths[round_ % 3:] + paths[:round_ % 3]:
+            _plans.clear()
+            n, _, calls, elapsed = run(client, f"under-{path.replace('=', '')}", f"cold{round_}", args.seconds,
+                                       args.max_decisions, cold=True)
+            rates[path].append(n / elapsed)
+            leased[path] += calls - n  # store calls beyond one per decision
+    print(f"\n{COLD_KEYS:,} cold keys (round robin; a key comes back every {COLD_KEYS:,} decisions): "
+          "decisions/s, median [min-max] of rounds; leased/plain: median [min-max] of per-round ratios")
+    for path in paths:
+        ratios = [x / y for x, y in zip(rates[path], rates["plain"])]
+        print(f"  {path:<6} {statistics.median(rates[path]):>9,.0f}/s  [{min(rates[path]):,.0f}-{max(rates[path]):,.0f}]"
+              f"  x plain {statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
+              f"  store calls - decisions: {leased[path]}")
+
+
+def cold_interleaved(client, args) -> None:
+    """The cold keys again, the paths alternating decision by decision (each timed on its
+    own), so a change in the machine's load hits every path alike: the ratio of the summed
+    times per round is the same-run ratio with the least noise."""
+    from django_gcra import decide
+    from django_gcra.plan import _plans
+
+    clock = time.perf_counter_ns
+    paths = {"plain": "under-plain", "L=10": "under-L10", "L=50": "under-L50"}
+    ratios: dict[str, list[float]] = {path: [] for path in paths}
+    per = max(1, min(args.max_decisions, 2000))
+    for round_ in range(args.rounds):
+        _plans.clear()
+        spent = dict.fromkeys(paths, 0)
+        for i in range(per):
+            for path, policy in paths.items():
+                descriptors = {"ip": f"mix{round_}:{i % COLD_KEYS}"}
+                before = clock()
+                decide(policy, descriptors)
+                spent[path] += clock() - before
+        for path in paths:
+            ratios[path].append(spent["plain"] / spent[path])
+    print(f"\n{COLD_KEYS:,} cold keys, the paths alternating decision by decision ({per} decisions per path and "
+          f"round, {args.rounds} rounds): leased/plain decisions/s, median [min-max] of the rounds")
+    for path in paths:
+        r = ratios[path]
+        print(f"  {path:<6} x plain {statistics.median(r):.3f} [{min(r):.3f}-{max(r):.3f}]")
 
 
 def main() -> None:
@@ -66,6 +141,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=0.5, help="per path and round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds over every path (medians are shown)")
     parser.add_argument("--max-decisions", type=int, default=200_000)
+    parser.add_argument("--cold-only", action="store_true", help="only the cold-key scenario")
     args = parser.parse_args()
     server = start_redis()
     try:
@@ -74,20 +150,26 @@ def main() -> None:
         print(f"redis-server on 127.0.0.1:{server.port}; {args.seconds}s or {args.max_decisions} decisions per path and round, "
               f"{args.rounds} rounds, medians; one thread; +pre: low_water = size/5 (background prefetch)\n")
         print(f"{'key':<6} {'path':<9} {'decisions':>9} {'admitted':>9} {'bound':>7} {'evalsha':>8} {'cmd/decision':>12} "
-              f"{'target':>8} {'decisions/s':>11} {'speed-up':>8}\n(totals over rounds; bound: burst + elapsed x rate + 1 per round, capped at the decisions;"
-              " decisions/s and speed-up: median of rounds)")
-        for scenario in ("under", "over"):
+              f"{'target':>8} {'decisions/s':>11} {'x plain':>8} {'x bare':>8} {'[min-max]':>12}\n(totals over rounds; bound: burst + "
+              "elapsed x rate + 1 per round, capped at the decisions; decisions/s: median of rounds; x plain, x bare: "
+              "median [min-max] of the per-round ratios to decide() unleased and to the bare script)")
+        bare: list[float] = [0.0]
+        for scenario in () if args.cold_only else ("under", "over"):
             # The machine is shared and its load moves: every round runs all paths back to
             # back, speed-ups are taken within a round, and the medians are shown.
             rows: dict[str, list[tuple[int, int, int, float]]] = {path: [] for path in PATHS}
             ratios: dict[str, list[float]] = {path: [] for path in PATHS}
+            to_bare: dict[str, list[float]] = {path: [] for path in PATHS}
             for round_ in range(args.rounds):
+                n, _, _, elapsed = run_bare(client, f"{scenario}{round_}", args.seconds, args.max_decisions)
+                bare.append(n / elapsed)
                 for path in PATHS:
                     policy = f"{scenario}-{path.replace('=', '').replace('+', '-')}"
                     rows[path].append(run(client, policy, f"hot{round_}", args.seconds, args.max_decisions))
                 plain = rows["plain"][-1][0] / rows["plain"][-1][3]
                 for path in PATHS:
                     ratios[path].append(rows[path][-1][0] / rows[path][-1][3] / plain)
+                    to_bare[path].append(rows[path][-1][0] / rows[path][-1][3] / bare[-1])
             per_second, burst = int(LIMITS[scenario]["rate"].split("/")[0]), LIMITS[scenario]["burst"]
             for path, (size, _) in PATHS.items():
                 n, admitted, calls = (sum(r[i] for r in rows[path]) for i in range(3))
@@ -96,8 +178,15 @@ def main() -> None:
                 assert admitted <= bound, f"{scenario} {path}: admitted {admitted} > bound {bound:.0f}"
                 rate = statistics.median(r[0] / r[3] for r in rows[path])
                 target = f"{1 / size:.3f}" if size else ""
+                b = to_bare[path]
                 print(f"{scenario:<6} {path:<9} {n:>9} {admitted:>9} {min(bound, n):>7.0f} {calls:>8} {calls / n:>12.4f} "
-                      f"{target:>8} {rate:>11.0f} {statistics.median(ratios[path]):>7.1f}x")
+                      f"{target:>8} {rate:>11.0f} {statistics.median(ratios[path]):>7.1f}x {statistics.median(b):>7.1f}x "
+                      f"[{min(b):.1f}-{max(b):.1f}]")
+        bare = bare[1:] or [0.0]
+        print(f"bare script: {statistics.median(bare):,.0f} decisions/s (median) [{min(bare):,.0f}-{max(bare):,.0f}]; "
+              "targets (under, +pre): L=50 >= 20x bare, L=10 >= 6x bare")
+        cold_rounds(client, args)
+        cold_interleaved(client, args)
         from django_gcra.leases import lease_stats
 
         print("\nlease counters (this process):")

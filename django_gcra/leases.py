@@ -25,10 +25,27 @@ _wrappers: dict[tuple[int, str, Lease], LeasingBackend] = {}
 _wrappers_lock = threading.Lock()
 
 
+# id(policy) -> (policy, inner, wrapper): one dict lookup per decision instead of hashing
+# the Lease; the entry holds the policy, so its id is not reused while it is there.
+_by_policy: dict[int, tuple[Policy, Backend, LeasingBackend]] = {}
+
+
 def leasing_backend(inner: Backend, policy: Policy) -> Backend:
     """The backend deciding ``policy``: ``inner`` itself, or its lease wrapper if leased."""
     if policy.lease is None:
         return inner
+    found = _by_policy.get(id(policy))
+    if found is not None and found[0] is policy and found[1] is inner:
+        return found[2]
+    wrapper = _wrapper(inner, policy)
+    if len(_by_policy) > 1000:  # policies built per call (code, not settings): stay bounded
+        _by_policy.clear()
+    _by_policy[id(policy)] = (policy, inner, wrapper)
+    return wrapper
+
+
+def _wrapper(inner: Backend, policy: Policy) -> LeasingBackend:
+    assert policy.lease is not None
     key = (id(inner), policy.name, policy.lease)
     wrapper = _wrappers.get(key)
     if wrapper is None or wrapper.inner is not inner:
@@ -58,6 +75,7 @@ def reset_leases() -> None:
     """Forget every lease and counter in this process (tests; a changed configuration)."""
     with _wrappers_lock:
         _wrappers.clear()
+        _by_policy.clear()
 
 
 def _forget_in_child() -> None:
@@ -65,6 +83,7 @@ def _forget_in_child() -> None:
     global _wrappers_lock
     _wrappers_lock = threading.Lock()
     _wrappers.clear()
+    _by_policy.clear()
 
 
 if hasattr(os, "register_at_fork"):

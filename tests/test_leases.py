@@ -14,6 +14,7 @@ from django.core import checks
 from django_gcra import adecide, decide
 from django_gcra.algorithm import ALLOWED, DENIED, gcra_composite
 from django_gcra.backends import BackendError, LimitSpec
+from django_gcra.backends.lease_backend import HOT_AFTER
 from django_gcra.backends.memory import MemoryBackend
 from django_gcra.leases import LeasingBackend, lease_stats, leasing_backend
 from django_gcra.limiter import backend_for, get_policy
@@ -71,6 +72,8 @@ def store(clock):
 
 
 def leased(store, clock, size=10, ttl=1.0, **kwargs):
+    """A wrapper that leases a key at its first decision (``hot_after=1``), unless told."""
+    kwargs.setdefault("hot_after", 1)
     return LeasingBackend(store, size, ttl, kwargs.pop("low_water", 0), clock=lambda: clock.t, **kwargs)
 
 
@@ -188,6 +191,65 @@ def test_idle_leases_are_evicted_and_memory_is_bounded(store, clock):
     assert backend.stats().stranded_units == 5 * 9
 
 
+def test_a_cold_key_goes_to_the_store_without_taking_a_lease(store, clock):
+    backend = leased(store, clock, hot_after=3)
+    for _ in range(2):
+        assert backend.evaluate([SPEC], 1).remaining == (100 - store.calls,)
+    stats = backend.stats()
+    assert (store.calls, stats.leased_units, backend.held_keys()) == (2, 0, 0)
+    backend.evaluate([SPEC], 1)  # the third store decision within a ttl: the key is hot
+    assert (store.calls, backend.stats().leased_units, backend.stats().held_units) == (3, 10, 9)
+    assert [backend.evaluate([SPEC], 1).allowed for _ in range(9)] == [True] * 9 and store.calls == 3
+
+
+def test_a_key_seen_less_often_than_hot_after_per_ttl_never_strands_a_lease(store, clock):
+    backend = leased(store, clock, hot_after=3)
+    for i in range(12):
+        clock.t += 0.51  # two decisions per ttl, never three
+        backend.evaluate([SPEC], 1)
+        backend.evaluate([LimitSpec(f"once{i}", 1_000, 100)], 1)  # and keys seen once
+    stats = backend.stats()
+    assert (stats.store_calls, stats.decisions, stats.leased_units, stats.stranded_units) == (24, 24, 0, 0)
+    assert backend.held_keys() == 0
+
+
+def test_cold_keys_are_remembered_within_max_keys(store, clock):
+    backend = leased(store, clock, hot_after=2, max_keys=4)
+    for i in range(10):
+        backend.evaluate([LimitSpec(f"c{i}", 1_000, 100)], 1)
+    assert len(backend._heat) <= 4 and backend.stats().leased_units == 0
+
+
+def test_an_expired_lease_makes_the_key_cold_again(store, clock):
+    backend = leased(store, clock, hot_after=2)
+    backend.evaluate([SPEC], 1)
+    backend.evaluate([SPEC], 1)  # hot: leases 10, holds 9
+    clock.t += 1.5  # unused: the 9 expire
+    backend.evaluate([LimitSpec("other", 1_000, 100)], 1)  # a new hot key's sweep would drop it; cold: none
+    backend.evaluate([LimitSpec("other", 1_000, 100)], 1)  # hot: the sweep drops the idle lease
+    assert backend.stats().stranded_units == 9 and backend.held_keys() == 1
+    calls = store.calls
+    backend.evaluate([SPEC], 1)
+    assert store.calls == calls + 1 and backend.stats().held_units == 9  # direct again, no new lease
+
+
+def test_a_prefetch_tranche_keeps_its_own_expiry(store, clock):
+    jobs = []
+    backend = leased(store, clock, low_water=3, prefetch=jobs.append)
+    for _ in range(7):
+        backend.evaluate([SPEC], 1)  # leases 10 at t, 3 left: a prefetch is queued
+    clock.t += 0.5
+    jobs.pop()()  # 10 more, taken at t + 0.5
+    assert backend.stats().held_units == 13
+    clock.t += 0.6  # the first lease's 3 units expired, the prefetched 10 did not
+    assert backend.evaluate([SPEC], 1).allowed and store.calls == 2
+    stats = backend.stats()
+    assert (stats.stranded_units, stats.held_units) == (3, 9)
+    clock.t += 0.5  # past the prefetch's ttl too
+    backend.evaluate([SPEC], 1)
+    assert store.calls == 3 and backend.stats().stranded_units == 3 + 9
+
+
 def test_threads_never_admit_more_than_was_counted(clock):
     store = MemoryBackend(clock.us)
     spec = LimitSpec("hot", 60_000_000, 500)  # no refill: the store counts exactly
@@ -296,22 +358,37 @@ def test_decide_takes_one_script_call_per_lease(real_redis, gcra_settings):
     before = evalsha_calls(real_redis)
     decisions = [decide("search", {"ip": "hot"}) for _ in range(50)]
     assert all(d.allowed for d in decisions)
-    assert evalsha_calls(real_redis) - before == 5
-    assert lease_stats()["search"].calls_saved == 51 - 6
+    cold = HOT_AFTER - 1  # a key's first decisions go to the store one call each
+    assert evalsha_calls(real_redis) - before == cold + 5  # then 48 decisions: 5 leases of 10
+    assert lease_stats()["search"].calls_saved == 51 - (1 + cold + 5)
 
 
 async def test_adecide_uses_the_lease_on_the_native_async_client(real_redis, gcra_settings):
     gcra_settings(**SEARCH)
     decisions = [await adecide("search", {"ip": "async"}) for _ in range(25)]
-    assert all(d.allowed for d in decisions) and [d.remaining for d in decisions[:3]] == [99, 98, 97]
-    assert lease_stats()["search"].store_calls == 3
+    assert all(d.allowed for d in decisions) and decisions[0].remaining == 99
+    assert lease_stats()["search"].store_calls == HOT_AFTER - 1 + 3  # the cold decisions, then 3 leases
+    assert lease_stats()["search"].local == 25 - (HOT_AFTER - 1 + 3)
+
+
+async def test_an_async_prefetch_runs_as_a_task_of_the_event_loop(real_redis, gcra_settings):
+    from django_gcra.backends import lease_backend
+
+    gcra_settings(POLICIES={"search": lease_policy(rate="1000/s", burst=100, low_water=3)})
+    for _ in range(HOT_AFTER - 1 + 7):  # the cold decisions, a lease of 10, then 6 from it: 3 left
+        assert (await adecide("search", {"ip": "pre"})).allowed
+    assert len(lease_backend._tasks) == 1  # the prefetch: a task of this loop, not the thread
+    await asyncio.wait_for(asyncio.gather(*lease_backend._tasks), 10)
+    stats = lease_stats()["search"]
+    assert (stats.store_calls, stats.held_units, stats.leased_units) == (HOT_AFTER - 1 + 2, 13, 20)
 
 
 def test_single_unit_fallback_on_redis(real_redis, gcra_settings):
     gcra_settings(POLICIES={"edge": lease_policy(rate="1/s", burst=5, size=4, ttl=4.0)})
     policy = get_policy("edge")
+    backend_for(policy).hot_after = 1  # lease the key at its first decision
     assert decide("edge", {"ip": "x"}).allowed  # this process leases 4
-    other = LeasingBackend(backend_for(policy).inner, policy.lease.size, policy.lease.ttl)  # a second process
+    other = LeasingBackend(backend_for(policy).inner, policy.lease.size, policy.lease.ttl, hot_after=1)  # a second process
     spec = [LimitSpec("rl:{x}:edge:k:x", 1_000_000, 5)]
     assert not other.inner.evaluate(spec, 4).allowed  # a full lease is not available
     assert other.evaluate(spec, 1).allowed  # one unit is
@@ -365,7 +442,9 @@ def test_stranded_quota_stays_within_processes_times_lease_size(redis_server):
     stranded = counted - admitted
     print(f"admitted {admitted}, counted {counted}, stranded {stranded}")
     assert admitted == sum(per_process)
-    assert stranded == sum(-n % size for n in per_process) == sum(r[4]["held_units"] for r in results)
+    # each process's first HOT_AFTER - 1 decisions go to the store directly; the rest through leases of 10
+    leased = [n - min(n, HOT_AFTER - 1) for n in per_process]
+    assert stranded == sum(-n % size for n in leased) == sum(r[4]["held_units"] for r in results)
     assert 0 < stranded <= PROCESSES * size
 
 
@@ -398,25 +477,30 @@ def test_counters_reach_prometheus_through_the_optional_collector(fake_redis, gc
 
     gcra_settings(POLICIES={"search": lease_policy()})
     for _ in range(25):
-        assert decide("search", {"ip": "p"}).allowed  # on the embedded fakeredis: 3 leases of 10
+        assert decide("search", {"ip": "p"}).allowed  # on the embedded fakeredis: 2 cold calls, 3 leases of 10
+    assert HOT_AFTER == 3  # the figures below
     registry = prometheus_client.CollectorRegistry()
     registry.register(LeaseCollector())
     value = registry.get_sample_value
     assert value("django_gcra_lease_decisions_total", {"policy": "search"}) == 25
-    assert value("django_gcra_lease_store_calls_total", {"policy": "search"}) == 3
+    assert value("django_gcra_lease_store_calls_total", {"policy": "search"}) == 5
+    assert value("django_gcra_lease_local_total", {"policy": "search"}) == 20
     assert value("django_gcra_lease_leased_units_total", {"policy": "search"}) == 30
-    assert value("django_gcra_lease_held_units", {"policy": "search"}) == 5
+    assert value("django_gcra_lease_held_units", {"policy": "search"}) == 7
 
 
 def test_a_forked_worker_starts_without_its_parents_leases(fake_redis, gcra_settings):
     from django_gcra import leases
 
-    gcra_settings(POLICIES={"search": lease_policy()})
-    decide("search", {"ip": "f"})  # the parent holds 9 units
+    gcra_settings(POLICIES={"search": lease_policy(rate="10/s")})  # slow to refill: exact remaining
+    for _ in range(HOT_AFTER):
+        decide("search", {"ip": "f"})  # the parent's cold decisions, then a lease: it holds 9 units
+    assert lease_stats()["search"].held_units == 9
     leases._forget_in_child()  # what os.register_at_fork runs in a forked child
     assert lease_stats() == {}
-    assert decide("search", {"ip": "f"}).remaining == 100 - 11  # the child takes its own lease
-    assert lease_stats()["search"].store_calls == 1
+    # the child decides on the store (the key is cold for it), never from the parent's units
+    assert decide("search", {"ip": "f"}).remaining == 100 - (HOT_AFTER - 1) - 10 - 1
+    assert lease_stats()["search"].store_calls == 1 and lease_stats()["search"].held_units == 0
 
 
 def test_a_changed_rate_or_burst_forgets_the_remembered_denial(store, clock):

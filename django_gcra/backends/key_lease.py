@@ -1,14 +1,24 @@
-"""One key's lease in one process, and the lease counters. Memory only, no store calls."""
+"""One key's lease in one process, and the lease counters. Memory only, no store calls.
+
+A key holds at most two tranches of leased units, each with its own expiry: the units of
+the last refill, and those of a prefetch that arrived while they were still held (a
+later prefetch joins the second tranche and keeps its earlier expiry: never used later
+than ``ttl`` after it was counted). Two tranches in slots instead of a list of chunks:
+spending a unit is a subtraction, with no object made or dropped.
+"""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..algorithm import ALLOWED
 from .base import LimitSpec, Outcome
 
-__all__ = ["Chunk", "KeyLease", "LeaseStats"]
+__all__ = ["Held", "KeyLease", "LeaseStats"]
+
+Held = tuple[int, float, int, float]  # the units of ``take_all``: (first, its expiry, second, its expiry)
+NOTHING: Held = (0, 0.0, 0, 0.0)
 
 
 @dataclass
@@ -28,33 +38,28 @@ class LeaseStats:
         return self.decisions - self.store_calls
 
 
-@dataclass
-class Chunk:
-    """Units taken by one store call, usable until ``expires`` (monotonic seconds)."""
-
-    units: int
-    expires: float
-
-
-def units(chunks: list[Chunk]) -> int:
-    return sum(c.units for c in chunks)
-
-
-@dataclass
 class KeyLease:
-    """One key's lease. Every method but ``outcome`` is called with ``lock`` held."""
+    """One hot key's lease. Every method but ``outcome`` is called with ``lock`` held.
 
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    chunks: list[Chunk] = field(default_factory=list)  # oldest first, so the first expires first
-    held: int = 0  # the units in `chunks`
-    refilling: bool = False  # a refill or prefetch call is in flight
-    settled: threading.Event = field(default_factory=threading.Event)  # set when it ends
-    spec: LimitSpec | None = None
-    denied_until: float = 0.0  # a refill of `denied_need` units was denied until then
-    denied_need: int = 0
-    store_tat: int = 0  # the key's TAT (us) after our last call for it
-    store_now: int = 0  # the store clock (us) at that call, and our clock then
-    seen_at: float = 0.0
+    ``held`` is ``first + second``; ``expires`` is the first tranche's expiry (the one
+    that runs out first), so the local path checks two numbers."""
+
+    __slots__ = ("denied_need", "denied_until", "expires", "first", "held", "local", "lock", "refilling", "second",
+                 "second_expires", "seen_at", "settled", "spec", "store_now", "store_tat")
+
+    def __init__(self, spec: LimitSpec) -> None:
+        self.lock = threading.Lock()
+        self.held = self.first = self.second = 0
+        self.expires = self.second_expires = 0.0
+        self.refilling = False  # a refill or prefetch call is in flight
+        self.settled = threading.Event()  # set when it ends
+        self.spec = spec
+        self.denied_until = 0.0  # a refill of `denied_need` units was denied until then
+        self.denied_need = 0
+        self.store_tat = 0  # the key's TAT (us) after our last call for it
+        self.store_now = 0  # the store clock (us) at that call, and our clock then
+        self.seen_at = 0.0
+        self.local = 0  # decisions served from memory (LeasingBackend.stats adds them up)
 
     def claim(self) -> None:
         self.refilling = True
@@ -65,36 +70,49 @@ class KeyLease:
         self.settled.set()
 
     def add(self, count: int, expires: float) -> None:
-        if count > 0:
-            self.chunks.append(Chunk(count, expires))
-            self.held += count
+        if count <= 0:
+            return
+        if not self.first:
+            self.first, self.expires = count, expires
+        elif not self.second:
+            self.second, self.second_expires = count, expires
+        else:  # a third tranche joins the second, with the second's (earlier) expiry
+            self.second += count
+        self.held += count
 
-    def take_all(self) -> list[Chunk]:
-        own, self.chunks, self.held = self.chunks, [], 0
+    def take_all(self) -> Held:
+        own = (self.first, self.expires, self.second, self.second_expires)
+        self.held = self.first = self.second = 0
         return own
 
-    def restore(self, own: list[Chunk]) -> None:
-        """Put back units taken with ``take_all``, with their own expiries."""
-        self.chunks[:0] = own
-        self.held += units(own)
+    def restore(self, own: Held) -> None:
+        """Put back units taken with ``take_all``, with their own expiries (before any
+        added since, which expire later)."""
+        first, expires, second, second_expires = own
+        if not first + second:
+            return
+        later = self.first + self.second, self.expires if self.first else self.second_expires
+        self.held = self.first = self.second = 0
+        self.add(first, expires)
+        self.add(second, second_expires)
+        self.add(*later)
 
     def spend(self, count: int) -> None:
         self.held -= count
-        while count:
-            chunk = self.chunks[0]
-            used = min(count, chunk.units)
-            chunk.units -= used
-            count -= used
-            if not chunk.units:
-                self.chunks.pop(0)
+        if count < self.first:
+            self.first -= count
+        else:
+            self.first, self.expires = self.second - (count - self.first), self.second_expires
+            self.second = 0
 
     def expire(self, now: float) -> int:
         """Drop expired units; return how many (they are stranded)."""
-        if not self.chunks or self.chunks[0].expires > now:
-            return 0
-        stranded = units([c for c in self.chunks if c.expires <= now])
-        self.chunks = [c for c in self.chunks if c.expires > now]
-        self.held -= stranded
+        stranded = 0
+        if self.first and self.expires <= now:
+            stranded, self.first, self.expires, self.second = self.first, self.second, self.second_expires, 0
+            if self.first and self.expires <= now:
+                stranded, self.first = stranded + self.first, 0
+            self.held -= stranded
         return stranded
 
     def denies(self, now: float, cost: int) -> bool:
@@ -109,10 +127,19 @@ class KeyLease:
     def outcome(self, now: float, status: int = ALLOWED) -> Outcome:
         """An outcome from memory: the store's state as of our last call for the key,
         aged by our own clock (no one else's use is known), plus what we hold."""
-        assert self.spec is not None  # set by the first decision on the key
-        interval, burst = self.spec.interval, self.spec.burst
+        interval = self.spec.interval
         store_now = self.store_now + round((now - self.seen_at) * 1_000_000)
-        rested_in = max(0, self.store_tat - store_now)  # a TAT in the past is a rested key
-        remaining = max(0, (interval * burst - rested_in) // interval)
-        retry, binding = (0, None) if status == ALLOWED else (max(1, round((self.denied_until - now) * 1e6)), 0)
-        return Outcome(status, status, retry, binding, store_now, (remaining + self.held,), (rested_in,))
+        rested_in = self.store_tat - store_now
+        if rested_in < 0:  # a TAT in the past is a rested key
+            rested_in = 0
+        remaining = (interval * self.spec.burst - rested_in) // interval
+        if remaining < 0:
+            remaining = 0
+        if status == ALLOWED:
+            return Outcome(ALLOWED, ALLOWED, 0, None, store_now, (remaining + self.held,), (rested_in,))
+        retry = max(1, round((self.denied_until - now) * 1e6))
+        return Outcome(status, status, retry, 0, store_now, (remaining + self.held,), (rested_in,))
+
+
+def held_units(own: Held) -> int:
+    return own[0] + own[2]

@@ -9,18 +9,26 @@ cost and keeps the rest for ``ttl`` seconds. Every leased unit is counted by the
 when it is taken, so a lease never admits more than the global limit; units unused when
 the lease expires are stranded (lost to everyone), at most L per process and key.
 
+Only keys that prove hot are leased: a key's first decisions go to the store one call
+each, and the key is leased at its ``HOT_AFTER``-th store decision within one window of ``ttl``
+(a key seen less often would strand most of every lease it took). A lease that expires
+unused makes the key cold again.
+
 ``Decision.remaining`` from a leased key is the store's remaining as of this process's
 last call for the key, aged by this process's clock, plus the units this process still
 holds: exact for one process, optimistic by what other processes took since that call.
+
+The local path (a leased key whose lease covers the cost) is a dict lookup, one lock
+held for a few integer operations, and one ``Outcome``: no other object is made.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -28,37 +36,83 @@ from typing import Any
 
 from ..algorithm import DENIED
 from .base import Backend, BackendError, LimitSpec, Outcome
-from .key_lease import Chunk, KeyLease, LeaseStats, units
+from .key_lease import Held, KeyLease, LeaseStats, held_units
 
-__all__ = ["LeaseStats", "LeasingBackend"]
+__all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend"]
 
 logger = logging.getLogger("django_gcra")
 REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same key before its own call
+# A key is leased at its HOT_AFTER-th store decision within one window of a lease ttl; before that
+# (and on a key seen less often) every decision is one direct store call, and no lease
+# is taken to strand. 3: a key must come back twice within ttl to earn a lease.
+HOT_AFTER = 3
+EVICT_FRACTION = 8  # past max_keys, the oldest 1/8 of the leases go at once (no sweep per new key)
 
 
 class LeasingBackend(Backend):
     """A ``Backend`` serving one leased policy's single-limit decisions from local leases.
 
     Anything a lease cannot answer honestly goes straight to ``inner``: shadow limits,
-    several limits, peeks (cost 0), and costs above the burst.
+    several limits, peeks (cost 0), and costs above the burst; so do a cold key's
+    decisions (``hot_after``).
     """
 
     def __init__(self, inner: Backend, size: int, ttl: float, low_water: int = 0, *, max_keys: int = 10_000,
                  clock: Callable[[], float] = time.monotonic,
-                 prefetch: Callable[[Callable[[], None]], object] | None = None) -> None:
+                 prefetch: Callable[[Callable[[], None]], object] | None = None, hot_after: int = HOT_AFTER) -> None:
         self.inner, self.max_keys, self.clock = inner, max_keys, clock
         self.size, self.ttl, self.low_water = size, ttl, low_water  # units per lease, seconds, prefetch mark
+        self.hot_after = max(1, hot_after)
         self.prefetch = prefetch or _submit
-        self._stats = LeaseStats()
+        self._stats = LeaseStats()  # everything but the local decisions of the keys in _keys
         self._stats_lock = threading.Lock()
-        self._keys: OrderedDict[str, KeyLease] = OrderedDict()
+        self._keys: dict[str, KeyLease] = {}  # read without a lock (one dict lookup); written under _keys_lock
         self._keys_lock = threading.Lock()
+        self._heat: dict[str, int] = {}  # cold key -> its store decisions in this window
+        self._heat_until = 0.0  # when the window ends (monotonic seconds)
         self._next_sweep = 0.0
 
+    def _local(self, state: KeyLease, spec: LimitSpec, cost: int, in_loop: bool) -> Outcome | None:
+        """The local path: a leased key whose unexpired lease covers ``cost``, served
+        with a few integer operations under the key's lock.
+        ``in_loop``: called from a coroutine (a prefetch then runs as a task of the loop)."""
+        if state.spec != spec or not 0 < cost <= state.held:
+            return None
+        now = self.clock()
+        with state.lock:
+            if state.expires <= now or state.held < cost:
+                return None
+            state.spend(cost)
+            state.local += 1
+            if self.low_water and state.held <= self.low_water and not state.refilling:
+                state.claim()
+                self._start_prefetch(state, in_loop)
+            return state.outcome(now)
+
+    def _start_prefetch(self, state: KeyLease, in_loop: bool) -> None:
+        """Top ``state`` up off the request path: in a coroutine, as a task of its event
+        loop (its call goes out with the loop's next batch, and no thread competes for the
+        GIL); otherwise on the background thread (``prefetch``)."""
+        if in_loop and self.prefetch is _submit:
+            task = asyncio.get_running_loop().create_task(self._aprefetch(state))
+            _tasks.add(task)
+            task.add_done_callback(_tasks.discard)
+        else:
+            self.prefetch(lambda: self._prefetch(state))
+
     def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+        if len(specs) == 1:  # one dict lookup: a leased key's lease, or a cold key's heat
+            spec = specs[0]
+            state = self._keys.get(spec.key)
+            if state is not None:
+                served = self._local(state, spec, cost, False)
+                if served is not None:
+                    return served
+            elif not (spec.enforce and 0 < cost <= spec.burst) or self._cold(spec.key):
+                return self._counted(self.inner.evaluate(specs, cost))
         if not self._leasable(specs, cost):
-            return self._direct(None, self.inner.evaluate(specs, cost))
-        state = self._state(specs[0].key)
+            return self._counted(self.inner.evaluate(specs, cost))
+        state = self._state(specs[0])
         served, own = self._serve(state, specs[0], cost)
         if served is None and own is None and state.settled.wait(REFILL_WAIT):
             served, own = self._serve(state, specs[0], cost)  # another thread refilled: try again
@@ -66,7 +120,7 @@ class LeasingBackend(Backend):
             return served
         if own is None:  # another call is still refilling this key: decide this one directly
             return self._direct(state, self.inner.evaluate(specs, cost))
-        need, started = cost - units(own), self.clock()
+        need, started = cost - held_units(own), self.clock()
         try:
             outcome = self.inner.take(specs, max(self.size, need), need)
         except BaseException:
@@ -75,15 +129,24 @@ class LeasingBackend(Backend):
         return self._refilled(state, need, own, started, outcome)  # type: ignore[return-value]
 
     async def aevaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+        if len(specs) == 1:
+            spec = specs[0]
+            state = self._keys.get(spec.key)
+            if state is not None:
+                served = self._local(state, spec, cost, True)
+                if served is not None:
+                    return served
+            elif not (spec.enforce and 0 < cost <= spec.burst) or self._cold(spec.key):
+                return self._counted(await self.inner.aevaluate(specs, cost))
         if not self._leasable(specs, cost):
-            return self._direct(None, await self.inner.aevaluate(specs, cost))
-        state = self._state(specs[0].key)
-        served, own = self._serve(state, specs[0], cost)  # never awaits while holding a lock
+            return self._counted(await self.inner.aevaluate(specs, cost))
+        state = self._state(specs[0])
+        served, own = self._serve(state, specs[0], cost, in_loop=True)  # never awaits while holding a lock
         if served is not None:
             return served
         if own is None:  # waiting for the refill would block the loop: decide this one directly
             return self._direct(state, await self.inner.aevaluate(specs, cost))
-        need, started = cost - units(own), self.clock()
+        need, started = cost - held_units(own), self.clock()
         try:
             outcome = await self.inner.atake(specs, max(self.size, need), need)
         except BaseException:
@@ -91,35 +154,81 @@ class LeasingBackend(Backend):
             raise
         return self._refilled(state, need, own, started, outcome)  # type: ignore[return-value]
 
-    def _leasable(self, specs: Sequence[LimitSpec], cost: int) -> bool:
+    @staticmethod
+    def _leasable(specs: Sequence[LimitSpec], cost: int) -> bool:
         return len(specs) == 1 and specs[0].enforce and 0 < cost <= specs[0].burst
 
-    def _serve(self, state: KeyLease, spec: LimitSpec, cost: int) -> tuple[Outcome | None, list[Chunk] | None]:
+    def _cold(self, key: str) -> bool:
+        """True while ``key`` (leasable, without a lease) is cold: decide it directly on the
+        store. Its store decisions are counted per window of one ttl (the counts are
+        dropped when a window ends: an int per key, no clock per key), and False at the
+        ``hot_after``-th in a window: the key gets a lease now."""
+        if self.hot_after <= 1:
+            return False
+        now, heat = self.clock(), self._heat
+        if now >= self._heat_until:
+            heat.clear()
+            self._heat_until = now + self.ttl
+        count = heat.get(key, 0) + 1
+        if count < self.hot_after:
+            if count == 1 and len(heat) >= self.max_keys:
+                heat.clear()  # bounded: a key this rare is cold anyway
+            heat[key] = count
+            return True
+        heat.pop(key, None)
+        return False
+
+    def _counted(self, outcome: Outcome) -> Outcome:
+        """A direct store decision without a lease, counted."""
+        with self._stats_lock:
+            self._stats.decisions += 1
+            self._stats.store_calls += 1
+        return outcome
+
+    def _state(self, spec: LimitSpec) -> KeyLease:
+        """The key's lease, made if the key has none yet."""
+        key, now = spec.key, self.clock()
+        with self._keys_lock:
+            state = self._keys.get(key)
+            if state is None:
+                if len(self._keys) >= self.max_keys or now >= self._next_sweep:
+                    self._sweep(now)
+                state = self._keys[key] = KeyLease(spec)
+            return state
+
+    def _serve(self, state: KeyLease, spec: LimitSpec, cost: int,
+               in_loop: bool = False) -> tuple[Outcome | None, Held | None]:
         """Serve from memory when the lease covers ``cost`` (or a remembered denial does).
         Otherwise, unless a refill is in flight ((None, None): decide directly), claim the
-        refill and the units still held, which the refill spends first: (None, chunks)."""
+        refill and the units still held, which the refill spends first: (None, units)."""
         now = self.clock()
         with state.lock:
             stranded = state.expire(now)
-            if spec != state.spec:  # a new key, or an override changed its rate or burst
+            if spec != state.spec:  # an override changed its rate or burst
                 state.spec, state.denied_until = spec, 0.0
             if state.held >= cost:
                 state.spend(cost)
-                self._count(1, local=1, stranded=stranded)
+                state.local += 1
                 if self.low_water and state.held <= self.low_water and not state.refilling:
                     state.claim()
-                    self.prefetch(lambda: self._prefetch(state))
-                return state.outcome(now), None
-            if state.denies(now, cost):
-                self._count(1, local=1, stranded=stranded)
-                return state.outcome(now, DENIED), None
+                    self._start_prefetch(state, in_loop)
+                served = state.outcome(now)
+            elif state.denies(now, cost):
+                state.local += 1
+                served = state.outcome(now, DENIED)
+            elif state.refilling:
+                served = None
+            else:
+                state.claim()
+                own = state.take_all()
+                if stranded:
+                    self._count(0, stranded=stranded)
+                return None, own
+        if stranded:
             self._count(0, stranded=stranded)
-            if state.refilling:
-                return None, None
-            state.claim()
-            return None, state.take_all()
+        return served, None
 
-    def _refilled(self, state: KeyLease, need: int, own: list[Chunk], started: float,
+    def _refilled(self, state: KeyLease, need: int, own: Held, started: float,
                   outcome: Outcome | None) -> Outcome | None:
         """Settle a refill; ``outcome`` None: the call failed (the caller re-raises)."""
         granted = (outcome.granted or 0) if outcome is not None else 0
@@ -150,10 +259,22 @@ class LeasingBackend(Backend):
         """Top the lease up ahead of need, off the request path (a background thread)."""
         started, outcome = self.clock(), None
         try:
-            assert state.spec is not None
             outcome = self.inner.take([state.spec], self.size, 1)
         except BackendError as exc:  # the next request that needs the store will see it too
             logger.debug("django_gcra: lease prefetch failed: %s", exc)
+        self._prefetched(state, started, outcome)
+
+    async def _aprefetch(self, state: KeyLease) -> None:
+        """``_prefetch`` as a task of the event loop."""
+        started, outcome = self.clock(), None
+        try:
+            outcome = await self.inner.atake([state.spec], self.size, 1)
+        except BackendError as exc:
+            logger.debug("django_gcra: lease prefetch failed: %s", exc)
+        finally:
+            self._prefetched(state, started, outcome)
+
+    def _prefetched(self, state: KeyLease, started: float, outcome: Outcome | None) -> None:
         granted = (outcome.granted or 0) if outcome is not None else 0
         with state.lock:
             state.settle()
@@ -174,40 +295,40 @@ class LeasingBackend(Backend):
     def stats(self) -> LeaseStats:
         with self._keys_lock:
             held = sum(s.held for s in self._keys.values())
-        with self._stats_lock:
-            return replace(self._stats, held_units=held)
+            local = sum(s.local for s in self._keys.values())
+            with self._stats_lock:
+                return replace(self._stats, held_units=held, local=self._stats.local + local,
+                               decisions=self._stats.decisions + local)
 
     def held_keys(self) -> int:
         with self._keys_lock:
             return len(self._keys)
 
-    def _state(self, key: str) -> KeyLease:
-        with self._keys_lock:
-            state = self._keys.get(key)
-            if state is not None:
-                self._keys.move_to_end(key)
-                return state
-            now = self.clock()
-            if len(self._keys) >= self.max_keys or now >= self._next_sweep:
-                self._sweep(now)
-            state = self._keys[key] = KeyLease()
-            return state
+    def _drop(self, key: str, now: float | None) -> int:
+        """Forget ``key``'s lease (``_keys_lock`` held); its units are stranded: those not
+        yet expired too when ``now`` is None (an eviction). Returns them."""
+        state = self._keys.pop(key)
+        with state.lock:
+            stranded = state.expire(now) if now is not None else held_units(state.take_all())
+            local, state.local = state.local, 0
+        self._count(local, local=local)
+        return stranded
 
     def _sweep(self, now: float) -> None:
-        """Drop idle leases (every unit expired); past ``max_keys``, the least recently used."""
+        """Drop idle leases (every unit expired); past ``max_keys``, the oldest ones."""
         self._next_sweep = now + self.ttl
         stranded = 0
         for key, state in list(self._keys.items()):
-            if not state.refilling and all(c.expires <= now for c in state.chunks):
-                del self._keys[key]
-                with state.lock:
-                    stranded += state.expire(now)
-        while len(self._keys) >= self.max_keys:
-            key = next((k for k, s in self._keys.items() if not s.refilling), next(iter(self._keys)))
-            state = self._keys.pop(key)
-            with state.lock:
-                stranded += units(state.take_all())
-        self._count(0, stranded=stranded)
+            if not state.refilling and (not state.held or (state.expires <= now and
+                                                            (not state.second or state.second_expires <= now))):
+                stranded += self._drop(key, now)
+        if len(self._keys) >= self.max_keys:
+            excess = len(self._keys) - self.max_keys + max(1, self.max_keys // EVICT_FRACTION)
+            victims = [k for k, s in self._keys.items() if not s.refilling][:excess]
+            for key in victims:
+                stranded += self._drop(key, None)
+        if stranded:
+            self._count(0, stranded=stranded)
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         return self.inner.read_tats(keys)
@@ -218,6 +339,7 @@ class LeasingBackend(Backend):
 
 # One background thread runs prefetches, so a hot key rarely waits on the store.
 _executor: ThreadPoolExecutor | None = None
+_tasks: set[asyncio.Task[None]] = set()  # prefetches running as event-loop tasks (strong references)
 _executor_lock = threading.Lock()
 
 

@@ -30,6 +30,7 @@ from .base import Backend, BackendError, LimitSpec, Outcome
 from .breaker import CLOSED, CircuitBreaker
 from .clients import ConnectionSetUpFailed
 from .direct import evalsha
+from .multiplex import Multiplexer, multiplexer_for
 
 # Errors that say the endpoint is unhealthy (and count towards its circuit breaker);
 # any other ResponseError is a problem with one call (a script or data error).
@@ -92,6 +93,17 @@ async def arun_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> 
     except NoScriptError:
         await client.script_load(SCRIPT)
         return await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
+
+
+async def amux_script(mux: Multiplexer, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    """``arun_script`` through the loop's multiplexer: one EVALSHA in the next batch; on
+    NOSCRIPT (this caller's own error reply) the script is loaded, once for all the callers
+    that met NOSCRIPT meanwhile and in a batch too, and the call sent once more."""
+    try:
+        return await mux.execute("EVALSHA", SCRIPT_SHA, len(keys), *keys, *args)
+    except NoScriptError:
+        await mux.once("SCRIPT", "LOAD", SCRIPT)  # one load for every caller that met NOSCRIPT meanwhile
+        return await mux.execute("EVALSHA", SCRIPT_SHA, len(keys), *keys, *args)
 
 
 class RedisBackend(Backend):
@@ -159,14 +171,21 @@ class RedisBackend(Backend):
                 return await super().aevaluate(specs, cost)
             return await super().atake(specs, cost, least)
         breaker = self._breaker(keys)
+        mux = multiplexer_for(client)
         try:
-            reply = await arun_script(client, keys, script_args(specs, cost, least))
+            if mux is None:
+                reply = await arun_script(client, keys, script_args(specs, cost, least))
+            else:
+                reply = await amux_script(mux, keys, script_args(specs, cost, least))
         except _STORE_ERRORS as exc:
             failed = self._failed(breaker, exc)
             if breaker is not None and breaker.state != CLOSED:  # decisions queued for a connection: now
+                reason = f"circuit open for {breaker.endpoint}"
                 abandon = getattr(getattr(client, "connection_pool", None), "abandon_waiters", None)
                 if abandon is not None:
-                    abandon(f"circuit open for {breaker.endpoint}")
+                    abandon(reason)
+                if mux is not None:
+                    mux.abandon(ConnectionSetUpFailed(reason))
             raise failed from exc
         if breaker is not None:
             breaker.success()
