@@ -45,6 +45,9 @@ def save(django_capture_on_commit_callbacks):
     """Create an override and run its on_commit invalidation, as a real commit would."""
 
     def create(**fields):
+        # A background reload reading the table would hold SQLite's shared-cache table lock
+        # (the test database is in memory): let it finish before writing.
+        cache.join(5)
         with django_capture_on_commit_callbacks(execute=True):
             return LimitOverride.objects.create(**fields)
 
@@ -130,6 +133,7 @@ def test_deleting_restores_the_default(save, django_capture_on_commit_callbacks)
     override = save(policy="api", limit="tenant", match={"tenant": "acme"}, burst=9)
     assert burst() == 9
     with django_capture_on_commit_callbacks(execute=True):
+        cache.join(5)
         override.delete()
     assert burst() == 2
 
@@ -139,6 +143,7 @@ def test_an_override_reaches_a_key_decided_before_it(save, django_capture_on_com
     override = save(policy="api", limit="tenant", match={"tenant": "acme"}, burst=5)
     assert burst() == 5
     with django_capture_on_commit_callbacks(execute=True):
+        cache.join(5)
         override.delete()
     assert burst() == 2
 
