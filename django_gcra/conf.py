@@ -74,12 +74,14 @@ DEFAULTS: dict[str, Any] = {
     "FALLBACK_PROCESSES": 1,
     "FALLBACK_LOG_INTERVAL": 10.0,
     "LEASE_MAX_KEYS": 10_000,  # leased keys kept per policy and process
+    "DRF_ALGORITHM": "gcra",  # the GCRA*RateThrottle classes' algorithm when the class names none
     # Multi-region budgets (docs/howto/multi-region.md): {"local", "caches", "rebalance_interval", ...}
     "REGIONS": None,
     "SHEDDING": SHEDDING_DEFAULTS,
 }
 
 HEADER_STYLES = ("draft-11", "draft-03", "x-ratelimit", "none")
+DRF_ALGORITHMS = ("gcra", "sliding_log", "sliding_window")
 SLOW_TIMEOUT_MS = 1000  # above this a slow Redis visibly stalls every request (W040)
 MAX_SECONDS = 86_400.0  # the longest interval any timing setting may have
 MIN_FLUSH_INTERVAL = 0.05  # seconds; a shorter audit flush interval is a busy loop
@@ -137,6 +139,7 @@ class Settings:
     fallback_processes: int = 1
     fallback_log_interval: float = 10.0
     lease_max_keys: int = 10_000
+    drf_algorithm: str = "gcra"
     regions: RegionSettings | None = None  # None: one region, every limit enforced whole
     shedding: SheddingSettings = SheddingSettings()
 
@@ -216,6 +219,11 @@ def _build() -> tuple[Settings, tuple[Problem, ...]]:
         found.append(Problem(Codes.BAD_LEASE_MAX_KEYS, f"DJANGO_GCRA['LEASE_MAX_KEYS'] is {max_keys!r}.",
                              "Give the most leased keys a process keeps per policy: a positive int."))
         max_keys = DEFAULTS["LEASE_MAX_KEYS"]
+    drf_algorithm = read.get("DRF_ALGORITHM")
+    if drf_algorithm not in DRF_ALGORITHMS:
+        found.append(Problem(Codes.BAD_CHOICE, f"DJANGO_GCRA['DRF_ALGORITHM'] is {drf_algorithm!r}; use one of "
+                             f"{', '.join(DRF_ALGORITHMS)}."))
+        drf_algorithm = DEFAULTS["DRF_ALGORITHM"]
     cache_alias = read.get("CACHE_ALIAS")
     regions = parse_regions(read.get("REGIONS"), getattr(django_settings, "CACHES", {}), found)
     found += budget_problems(policies, regions)
@@ -232,6 +240,7 @@ def _build() -> tuple[Settings, tuple[Problem, ...]]:
         cache_alias=str(cache_alias), prefix=prefix, descriptors=MappingProxyType(descriptors),
         policies=MappingProxyType(policies), routes=routes, default_tier=default_tier,
         fallback_processes=fallback_processes, fallback_log_interval=float(log_interval), lease_max_keys=max_keys,
+        drf_algorithm=drf_algorithm,
         regions=regions, shedding=_shedding(read), **surfaces, **timing)
     return built, tuple(found)
 

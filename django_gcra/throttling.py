@@ -42,6 +42,7 @@ from rest_framework.throttling import (
     UserRateThrottle,
 )
 
+from .conf import get_settings
 from .decision import Decision
 from .drf_support import combined_headers, parse_drf_rate, scope_name, throttle_policy
 from .http import denial_message, denial_status, retry_after_header
@@ -164,12 +165,12 @@ class GCRARateThrottle(GCRAThrottle, SimpleRateThrottle):
     """DRF's ``SimpleRateThrottle`` on GCRA: subclasses override ``get_cache_key`` as in
     DRF; ``scope`` names a rate in ``THROTTLE_RATES`` (``DEFAULT_THROTTLE_RATES``, read
     live), or set ``rate``; ``burst`` (default: the rate's count) and ``algorithm``
-    (``"gcra"``, ``"sliding_log"`` for DRF's rolling window, ``"sliding_window"``) are
-    django_gcra's own."""
+    (``"gcra"``, ``"sliding_log"`` for DRF's rolling window, ``"sliding_window"``; None:
+    the ``DRF_ALGORITHM`` setting, default ``"gcra"``) are django_gcra's own."""
 
     THROTTLE_RATES: Any = _LiveRates()
     burst: int | None = None
-    algorithm: str = "gcra"
+    algorithm: str | None = None
     _never = False  # a rate of 0 admits nothing, and no wait helps
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -212,7 +213,8 @@ class GCRARateThrottle(GCRAThrottle, SimpleRateThrottle):
                 raise ImproperlyConfigured(f"{type(self).__name__}.{label} is {value!r}: give a whole number.")
             values.append(value)
         num, duration = values
-        return None if num == 0 else throttle_policy(self.limit_name(), num, duration, self.burst, self.algorithm)
+        return None if num == 0 else throttle_policy(self.limit_name(), num, duration, self.burst,
+                                                    self.algorithm or get_settings().drf_algorithm)
 
     def get_policy(self, request: Any, view: Any) -> tuple[Policy | str, dict[str, Any]] | None:
         self.key = self.get_cache_key(request, view)

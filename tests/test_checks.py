@@ -113,6 +113,11 @@ def test_descriptor_path_that_does_not_import(gcra_settings):
     assert ids(gcra_settings, DESCRIPTORS={"tenant": "tests.support.descriptors.missing"}) == ["django_gcra.E013"]
 
 
+def test_drf_algorithm_is_checked(gcra_settings):
+    assert ids(gcra_settings, DRF_ALGORITHM="sliding_log") == []
+    assert ids(gcra_settings, DRF_ALGORITHM="rolling") == ["django_gcra.E009"]
+
+
 # Surfaces
 
 SURFACE_POLICIES = {"login": {"limits": [{"name": "ip", "key": ["ip"], "rate": "5/m"}]}}

@@ -23,6 +23,8 @@ def configure(self: LazySettings, default_settings: Any = global_settings, **opt
     options["CACHES"] = {"default": {"BACKEND": "django_redis.cache.RedisCache",
                                      "LOCATION": os.environ["GCRA_DRF_REDIS_URL"]}}
     options["DJANGO_GCRA"] = {"TIMEOUT": 1000, "AUDIT": {"ENABLED": False}}
+    if os.environ.get("GCRA_DRF_ALGORITHM"):  # the DRF_ALGORITHM setting (DRF's rolling window: sliding_log)
+        options["DJANGO_GCRA"]["DRF_ALGORITHM"] = os.environ["GCRA_DRF_ALGORITHM"]
     _configure(self, default_settings, **options)
 
 

@@ -105,9 +105,10 @@ class SuiteResult:
         return len(self.passed) + len(self.failed) + len(self.skipped)
 
 
-def run(workdir: Path, redis_url: str, timeout: float = 120.0) -> SuiteResult:
+def run(workdir: Path, redis_url: str, timeout: float = 120.0, algorithm: str = "") -> SuiteResult:
     report = workdir / "report.xml"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), str(HERE)]), "GCRA_DRF_REDIS_URL": redis_url}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), str(HERE)]), "GCRA_DRF_REDIS_URL": redis_url,
+           "GCRA_DRF_ALGORITHM": algorithm}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p",
            "drf_settings_plugin", f"--junitxml={report}", "-o", "junit_family=xunit2", "tests/test_throttling.py"]
