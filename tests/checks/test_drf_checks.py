@@ -72,7 +72,7 @@ def test_the_rates_must_be_a_dict(drf):
 
 def test_throttle_classes_are_imported_and_made(drf):
     drf(DEFAULT_THROTTLE_CLASSES=["myapp.nowhere.Throttle", "django_gcra.throttling.GCRAUserRateThrottle",
-                                  "tests.test_drf_checks.BadRateThrottle", "tests.test_drf_checks.FrozenThrottle"],
+                                  "tests.checks.test_drf_checks.BadRateThrottle", "tests.checks.test_drf_checks.FrozenThrottle"],
         DEFAULT_THROTTLE_RATES={"anon": "1/s"})
     problems = {p.id: p.msg for p in drf_problems()}
     assert sorted(problems) == ["django_gcra.E062", "django_gcra.E063", "django_gcra.W062"]
@@ -83,7 +83,7 @@ def test_throttle_classes_are_imported_and_made(drf):
     assert any("BadRateThrottle" in m and "'lots'" in m for m in messages)
 
 
-@pytest.mark.urls("tests.test_drf_checks")
+@pytest.mark.urls("tests.checks.test_drf_checks")
 def test_a_views_scope_without_a_rate_is_found(drf):
     drf(DEFAULT_THROTTLE_RATES={"anon": "1/s"})
     [problem] = drf_problems()
@@ -118,7 +118,7 @@ def test_every_id_is_documented():
     import pathlib
     import re
 
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = pathlib.Path(__file__).resolve().parent.parent.parent
     from django_gcra.codes import Codes
 
     used = {value for name, value in vars(Codes).items() if name.startswith("DRF_")}

@@ -1,0 +1,1 @@
+"""The system checks: every ID fires for its misconfiguration (lease checks: test_leases)."""
