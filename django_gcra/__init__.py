@@ -2,6 +2,7 @@
 
 from .decision import Decision
 from .limiter import adecide, decide
+from .shaping import SlotRefused, apace, pace
 
-__all__ = ["Decision", "adecide", "decide"]
+__all__ = ["Decision", "SlotRefused", "adecide", "apace", "decide", "pace"]
 __version__ = "0.1.0"

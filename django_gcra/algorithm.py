@@ -34,6 +34,7 @@ class GCRAResult:
     retry_after: int | None  # us until the request would be allowed; None if never
     remaining: int  # whole units still available after this decision
     reset_after: int  # us until the key is fully rested
+    waited: int = 0  # us until the reserved slot (shaping); 0: admitted now
 
     @property
     def impossible(self) -> bool:
@@ -41,12 +42,23 @@ class GCRAResult:
         return self.retry_after is None
 
 
-def gcra(tat: int | None, now: int, interval: int, burst: int, cost: int = 1) -> GCRAResult:
+def gcra(tat: int | None, now: int, interval: int, burst: int, cost: int = 1, max_wait: int = 0) -> GCRAResult:
     """Decide one request of ``cost`` units against a key whose stored TAT is ``tat``.
 
     ``tat=None`` is a fresh (or expired) key. ``cost=0`` peeks. The stored TAT
     only moves forward on an allow.
+
+    Shaping: with ``max_wait`` > 0, a request denied for at most ``max_wait`` us is
+    admitted for its own future slot instead: the TAT moves on as for an admitted request
+    and ``waited`` is the retry-after it would have been told (the caller waits that long).
     """
+    if max_wait > 0:
+        result = gcra(tat, now, interval, burst, cost)
+        if result.allowed or result.retry_after is None or result.retry_after > max_wait:
+            return result
+        new_tat = result.tat + interval * cost
+        return GCRAResult(True, new_tat, 0, _remaining(new_tat, now, interval, interval * burst), new_tat - now,
+                          result.retry_after)
     current = now if tat is None or tat < now else tat
     tolerance = interval * burst
     if cost > burst:
@@ -82,6 +94,7 @@ class CompositeResult:
     remaining: tuple[int, ...]
     reset_after: tuple[int, ...]
     cost: int = 1  # the units decided on: ``cost``, or with ``least`` the grant
+    waited: int = 0  # us until the reserved slot (shaping, ``max_wait``); 0: admitted now
 
 
 class _Limit:
@@ -121,6 +134,7 @@ def composite(
     limits: Sequence[tuple[int, int, int, bool]],
     cost: int = 1,
     least: int | None = None,
+    max_wait: int = 0,
 ) -> CompositeResult:
     """All-or-nothing decision over limits of any algorithm: ``limits`` holds
     (algorithm, a, b, enforce), where a, b are interval and burst for GCRA, period and N
@@ -133,6 +147,13 @@ def composite(
     With ``least`` (a lease refill), the cost becomes as many units as every GCRA limit
     has free now, at most ``cost`` and at least ``least``; then the decision runs as
     above. (Leases never run on sliding limits: a check refuses them.)
+
+    Shaping: with ``max_wait`` > 0 (never with ``least``), a decision its enforcing
+    limits deny for at most ``max_wait`` us, all of them GCRA, is a reservation: every
+    enforcing limit is written as admitted (a denying one's TAT pushed on by the cost),
+    ``waited`` is the largest retry-after over them, and the shadow limits are judged as
+    now (a shadow limit never makes a caller wait). A decision with an enforcing sliding
+    limit never waits. Beyond ``max_wait`` nothing changes: denied, nothing written.
     """
     if least is not None:
         free = [(now + a * b - max(now if st is None else st, now)) // a
@@ -153,6 +174,20 @@ def composite(
     enforced, e_bind, e_retry = worst(enforcing)
     would, s_bind, s_retry = worst(list(range(len(limits))))
     binding, retry = (e_bind, e_retry) if enforced != ALLOWED else (s_bind, s_retry)
+    waited = 0
+    if (max_wait > 0 and least is None and enforced == DENIED and e_retry is not None and e_retry <= max_wait
+            and all(limits[i][0] == GCRA for i in enforcing)):
+        waited = e_retry
+        for i in enforcing:
+            result = results[i]
+            if result.status != ALLOWED:  # its slot: the TAT moves on from where it stands
+                _, a, b, _ = limits[i]
+                current = max(now if states[i] is None else states[i], now)
+                result.new = current + a * cost
+                result.after = (_remaining(result.new, now, a, a * b), result.new - now)
+                result.status = ALLOWED
+        enforced = ALLOWED
+        would, binding, retry = worst([i for i, (_, _, _, enforce) in enumerate(limits) if not enforce])
 
     writes: list[State] = []
     remaining, reset_after = [], []
@@ -164,7 +199,7 @@ def composite(
         reset_after.append(reset)
     return CompositeResult(
         enforced, would, retry if binding is not None else 0, binding, tuple(writes), tuple(remaining),
-        tuple(reset_after), cost,
+        tuple(reset_after), cost, waited,
     )
 
 
@@ -174,6 +209,7 @@ def gcra_composite(
     limits: list[tuple[int, int, bool]],
     cost: int = 1,
     least: int | None = None,
+    max_wait: int = 0,
 ) -> CompositeResult:
     """``composite`` over GCRA limits only: ``limits`` holds (interval, burst, enforce)."""
-    return composite(tats, now, [(GCRA, i, b, e) for i, b, e in limits], cost, least)
+    return composite(tats, now, [(GCRA, i, b, e) for i, b, e in limits], cost, least, max_wait)

@@ -17,6 +17,7 @@ from django.utils.module_loading import import_string
 
 from .codes import Codes, Problem
 from .conf import get_settings, problems
+from .decorators import waiting_view_problems
 from .drf_checks import drf_problems
 
 __all__ = ["check_overrides", "check_settings"]
@@ -34,7 +35,7 @@ def _message(problem: Problem) -> checks.CheckMessage:
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     found = list(problems())
     if not any(p.is_error for p in found):
-        found += _callables() + _routed_views() + _middleware() + drf_problems()
+        found += _callables() + _routed_views() + _middleware() + drf_problems() + waiting_view_problems()
     return [_message(p) for p in found]
 
 

@@ -3,7 +3,7 @@
 Every ID is listed in docs/reference/checks.md. Ranges: E001-E019 policies and top-level
 settings, E020-E029 surfaces, E030-E039 policy plane, E040-E049 resilience, E050-E059
 leases, E060-E069 DRF throttles, E070-E079 load shedding,
-E080-E089 multi-region budgets.
+E080-E089 multi-region budgets, E100-E109 / W100-W109 shaping (``max_wait``).
 """
 
 from __future__ import annotations
@@ -96,6 +96,10 @@ class Codes:
     REGION_CACHE_ALIAS = "django_gcra.E087"
     BAD_HOME = "django_gcra.E088"
     BUDGET_WITHOUT_REGIONS = "django_gcra.W080"
+
+    BAD_MAX_WAIT = "django_gcra.E100"
+    MAX_WAIT_TOO_LONG = "django_gcra.E101"
+    MAX_WAIT_NEVER_WAITS = "django_gcra.W100"
 
 
 @dataclass(frozen=True)

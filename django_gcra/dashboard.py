@@ -32,7 +32,7 @@ PERIODS: dict[str, tuple[int, int, str]] = {
 DEFAULT_PERIOD = "1h"
 #: The series of a chart, bottom to top, and the outcome labels each sums.
 SERIES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("allowed", ("allowed",)),
+    ("allowed", ("allowed", "waited")),  # waited: allowed after waiting for a slot (shaping)
     ("shadow_denied", ("shadow_denied",)),
     ("denied", ("denied",)),
     ("fallback", ("fallback_allowed", "fallback_denied", "unavailable")),

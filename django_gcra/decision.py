@@ -35,6 +35,8 @@ class Decision(NamedTuple):
     denied but shadow mode let the request through; ``would_retry_after`` then holds
     the retry-after an enforced limit would have sent. ``fallback`` is True when the
     store could not be reached and the policy's ``on_failure`` answered instead.
+    ``waited`` is the time (seconds) the decision waited for its reserved slot
+    (``decide(..., max_wait=...)``); 0.0 when it did not wait.
     """
 
     allowed: bool
@@ -50,6 +52,7 @@ class Decision(NamedTuple):
     would_retry_after: float = 0.0
     limits: tuple[LimitState, ...] = ()
     descriptors: Mapping[str, str] = _NO_DESCRIPTORS
+    waited: float = 0.0  # seconds waited for a reserved slot (shaping); 0.0: admitted at once
 
     @property
     def impossible(self) -> bool:

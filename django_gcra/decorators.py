@@ -3,6 +3,7 @@
     @ratelimit(policy="login", methods=["POST"])
     @ratelimit(key="ip", rate="5/m", burst=5, cost=lambda request: 2, block=False)
     @ratelimit(key="user", rate="5/d", algorithm="sliding_log")   # at most 5 in any 24 h
+    @ratelimit(key="user", rate="2/s", max_wait=1.5)   # wait up to 1.5 s for a slot, then 429
 
 Works on sync and async views (async ones use ``adecide``, which never blocks the
 event loop) and on class-based views through ``method_decorator``. ``request.ratelimit``
@@ -12,6 +13,12 @@ denied request still reaches the view. An inline limit is a one-limit policy nam
 the view and its rate (``view.<module>.<qualname>.<rate>``, e.g.
 ``view.shop.views.checkout.10-per-1s``, unless ``name=`` is given), so two views, or two
 decorators stacked on one view, never share a counter.
+
+``max_wait`` (seconds, shaping): a request that would be refused but has a slot within
+``max_wait`` waits for it (the worker, or for an async view the coroutine, sleeps) and then
+runs the view; beyond it the request is refused as without it. A bad ``max_wait`` raises
+ImproperlyConfigured (E100; E101 when longer than the inline limit's period times its burst)
+at decoration; with ``policy=`` it is checked against that policy by ``manage.py check``.
 """
 
 from __future__ import annotations
@@ -26,14 +33,16 @@ from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
+from .codes import Problem
 from .conf import get_settings, on_change
 from .plan import get_policy
 from .policy import Policy, build_policy
 from .rates import parse_rate
+from .shaping import max_wait_problems
 from .surface import adecide_request, arespond, cost_of, decide_request, not_limited, respond
-from .validation import is_int
+from .validation import is_int, max_wait_problem
 
-__all__ = ["inline_limits", "ratelimit"]
+__all__ = ["inline_limits", "ratelimit", "waiting_view_problems", "waiting_views"]
 
 #: Every inline ``@ratelimit`` limit decorated in this process, by policy name: the
 #: arguments of ``inline_policy`` (the policy plane lists them and lets overrides target them).
@@ -54,6 +63,20 @@ def inline_policy(name: str, key: tuple[str, ...], rate: str, burst: int | None,
 
 
 on_change(inline_policy.cache_clear)  # DESCRIPTORS may have changed
+
+#: ``@ratelimit(policy=..., max_wait=...)`` decorations in this process: (policy, max_wait, view)
+#: for ``manage.py check`` (the policy is only known once settings are read).
+waiting_views: dict[tuple[str, float], str] = {}
+
+
+def waiting_view_problems() -> list[Problem]:
+    """E101 / W100 for the ``max_wait`` of views decorated with a configured policy."""
+    policies = get_settings().policies
+    found = []
+    for (name, max_wait), view in sorted(waiting_views.items()):
+        if name in policies:
+            found += max_wait_problems(policies[name], max_wait, f"@ratelimit(policy={name!r}) on {view}")
+    return found
 
 
 def _label(rate: str, burst: int | None, methods: frozenset[str] | None, algorithm: str = "gcra") -> str:
@@ -96,7 +119,8 @@ def view_policy_name(view: Callable[..., Any], label: str = "") -> str:
 def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = None, rate: str | None = None,
               burst: int | None = None, cost: int | Callable[[Any], int] = 1, methods: Iterable[str] | None = None,
               block: bool = True, name: str | None = None, mode: str = "enforce",
-              on_failure: str = "open", algorithm: str = "gcra") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+              on_failure: str = "open", algorithm: str = "gcra",
+              max_wait: float = 0.0) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Limit a view; see the module docstring. Bad arguments raise ImproperlyConfigured now."""
     if (policy is None) == (rate is None):
         raise ImproperlyConfigured("@ratelimit needs either policy='name' or an inline key=, rate= (and burst=).")
@@ -110,8 +134,14 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
         methods = [methods]
     allowed_methods = frozenset(m.upper() for m in methods) if methods is not None else None
     label = "" if rate is None else _label(rate, burst, allowed_methods, algorithm)
+    if max_wait_problem(max_wait):
+        raise ImproperlyConfigured(f"@ratelimit max_wait {max_wait_problem(max_wait)} "
+                                   f"(django_gcra.E100).")
     if rate is not None:
-        inline_policy(name or "inline", keys, rate, burst, mode, on_failure, algorithm)  # validate now
+        built = inline_policy(name or "inline", keys, rate, burst, mode, on_failure, algorithm)  # validate now
+        for problem in max_wait_problems(built, max_wait, f"@ratelimit(key={list(keys)!r}, rate={rate!r})"):
+            if problem.is_error:
+                raise ImproperlyConfigured(f"{problem.msg} {problem.hint} ({problem.id})")
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         policy_name = policy or name or view_policy_name(view, label)
@@ -119,6 +149,8 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
         # call's bound method, which registers under the class's name): skip the placeholder.
         if policy is None and rate is not None and getattr(view, "__module__", "") != "django.utils.decorators":
             inline_limits[policy_name] = (keys, rate, burst, mode, on_failure)
+        if policy is not None and max_wait:
+            waiting_views[(policy, max_wait)] = view_policy_name(view)[len("view."):]
 
         def resolve() -> Policy:
             if policy is not None:
@@ -137,7 +169,7 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 if skipped(request):
                     return await view(request, *args, **kwargs)
-                decision = await adecide_request(request, resolve(), cost_of(cost, request))
+                decision = await adecide_request(request, resolve(), cost_of(cost, request), max_wait)
                 return await arespond(request, decision, block, lambda: view(request, *args, **kwargs))
 
             async_wrapper.ratelimit_policy = policy  # type: ignore[attr-defined]  # for check E026
@@ -147,7 +179,7 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             if skipped(request):
                 return view(request, *args, **kwargs)
-            decision = decide_request(request, resolve(), cost_of(cost, request))
+            decision = decide_request(request, resolve(), cost_of(cost, request), max_wait)
             return respond(request, decision, block, lambda: view(request, *args, **kwargs))
 
         wrapper.ratelimit_policy = policy  # type: ignore[attr-defined]  # for check E026

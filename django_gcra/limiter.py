@@ -6,7 +6,9 @@ middleware, the decorator and the DRF throttles all come through ``decide``/``ad
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +23,7 @@ from .policy import Policy
 from .signals import decision as decision_signal
 from .signals import observers
 from .store import backend_for
+from .validation import max_wait_problem
 
 __all__ = ["adecide", "backend_for", "decide", "get_policy", "plan"]
 
@@ -28,34 +31,62 @@ UNAVAILABLE_RETRY_AFTER = 1.0  # seconds a client is asked to wait when failing 
 
 
 def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, *,
-           request: HttpRequest | None = None) -> Decision:
+           max_wait: float = 0.0, request: HttpRequest | None = None) -> Decision:
     """Decide whether ``cost`` units may pass ``policy`` for these descriptors.
 
     ``descriptors`` maps each descriptor the policy's limits use to a value; None
     skips the limits that use it. ``cost=0`` peeks without consuming. ``request`` is
     passed to the ``decision`` signal (audit, metrics) and changes nothing else.
+
+    ``max_wait`` (seconds; shaping): a request that would be denied but fits within
+    ``max_wait`` gets its own future slot in the same script call, and ``decide`` returns
+    (allowed, ``waited`` set) only after sleeping until then. Beyond it: denied, nothing
+    consumed. Shadow limits, sliding limits and fallback decisions never wait.
     """
+    wait_us = max_wait_us(max_wait)
     p = plan(policy, descriptors, cost)
     if not p.specs:
         return _finish(p, None, request)
     try:
-        outcome = backend_for(p.policy).evaluate(p.specs, cost)
+        backend = backend_for(p.policy)
+        # The two-argument call when not waiting: every store takes it (and it is the hot path).
+        outcome = backend.evaluate(p.specs, cost, wait_us) if wait_us else backend.evaluate(p.specs, cost)  # type: ignore[call-arg]
     except BackendError as exc:
         return _finish(p, on_failure(p, exc), request, fallback=True)
+    if outcome.waited > 0:
+        time.sleep(outcome.waited / 1e6)
     return _finish(p, outcome, request)
 
 
 async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, *,
-                  request: HttpRequest | None = None) -> Decision:
-    """``decide()`` for async code: never blocks the event loop on the store."""
+                  max_wait: float = 0.0, request: HttpRequest | None = None) -> Decision:
+    """``decide()`` for async code: never blocks the event loop on the store, and waits
+    for a reserved slot with ``asyncio.sleep`` (a cancelled wait still used its slot)."""
+    wait_us = max_wait_us(max_wait)
     p = plan(policy, descriptors, cost)
     if not p.specs:
         return _finish(p, None, request)
     try:
-        outcome = await backend_for(p.policy).aevaluate(p.specs, cost)
+        backend = backend_for(p.policy)
+        if wait_us:
+            outcome = await backend.aevaluate(p.specs, cost, wait_us)
+        else:
+            outcome = await backend.aevaluate(p.specs, cost)
     except BackendError as exc:
         return _finish(p, on_failure(p, exc), request, fallback=True)
+    if outcome.waited > 0:
+        await asyncio.sleep(outcome.waited / 1e6)
     return _finish(p, outcome, request)
+
+
+def max_wait_us(max_wait: float) -> int:
+    """``max_wait`` seconds as whole microseconds; ValueError unless a finite number >= 0."""
+    if max_wait == 0 and not isinstance(max_wait, bool):
+        return 0
+    problem = max_wait_problem(max_wait)
+    if problem:
+        raise ValueError(f"max_wait {problem}")
+    return int(max_wait * 1_000_000)
 
 
 def _finish(p: Plan, outcome: Outcome | object | None, request: HttpRequest | None,
@@ -98,4 +129,4 @@ def _to_decision(p: Plan, outcome: Outcome | object | None, fallback: bool) -> D
     return Decision(allowed=allowed, retry_after=0.0 if allowed else retry, remaining=least,
                     limit=states[bind].name, policy=name, cost=cost, shadow=shadow, fallback=fallback,
                     reset_after=states[bind].reset_after, would_retry_after=retry if shadow else 0.0,
-                    limits=states, descriptors=descriptors)
+                    limits=states, descriptors=descriptors, waited=outcome.waited / 1e6)

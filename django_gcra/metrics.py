@@ -18,8 +18,9 @@ __all__ = ["AVAILABLE", "OUTCOMES", "on_decision", "outcome_of"]
 logger = logging.getLogger("django_gcra")
 
 #: Every outcome label. ``fallback_*`` and ``unavailable`` (on_failure="closed") are
-#: the decisions made without the store.
-OUTCOMES = ("allowed", "denied", "shadow_denied", "fallback_allowed", "fallback_denied", "unavailable")
+#: the decisions made without the store. ``waited``: allowed after waiting for a reserved
+#: slot (shaping, ``max_wait``); a refusal beyond ``max_wait`` is ``denied``.
+OUTCOMES = ("allowed", "waited", "denied", "shadow_denied", "fallback_allowed", "fallback_denied", "unavailable")
 
 
 def outcome_of(decision: Decision) -> str:
@@ -30,7 +31,9 @@ def outcome_of(decision: Decision) -> str:
         return "fallback_allowed" if decision.allowed else "fallback_denied"
     if not decision.allowed:
         return "denied"
-    return "shadow_denied" if decision.shadow else "allowed"
+    if decision.shadow:
+        return "shadow_denied"
+    return "waited" if decision.waited > 0 else "allowed"
 
 
 try:
@@ -57,6 +60,9 @@ if AVAILABLE:
                          ("policy", "limit", "outcome"))
     FALLBACK = _counter("django_gcra_fallback_decisions_total",
                         "Decisions made without the store (on_failure), by policy and outcome.", ("policy", "outcome"))
+    WAITED = _counter("django_gcra_waited_seconds_total",
+                      "Seconds decisions waited for a reserved slot (shaping), by policy and limit.",
+                      ("policy", "limit"))
     AUDIT_FAILURES = _counter("django_gcra_audit_write_failures_total",
                               "Audit flushes that failed to write (their rows are lost).", ())
     AUDIT_DROPPED = _counter("django_gcra_audit_dropped_total",
@@ -77,6 +83,8 @@ def on_decision(sender: Any, decision: Decision, **kwargs: Any) -> None:
         if child is None:  # labels() costs a lock and a lookup; policies and limits are few
             child = _children[labels] = DECISIONS.labels(*labels)
         child.inc()
+        if decision.waited > 0:
+            WAITED.labels(decision.policy, decision.limit).inc(decision.waited)
         if decision.fallback:
             FALLBACK.labels(decision.policy, outcome).inc()
     except Exception:  # metrics never fail a request

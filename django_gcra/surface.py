@@ -42,14 +42,14 @@ def not_limited(request: HttpRequest, policy: str) -> None:
                                      policy=policy, cost=0)
 
 
-def decide_request(request: HttpRequest, policy: Policy, cost: int = 1) -> Decision:
+def decide_request(request: HttpRequest, policy: Policy, cost: int = 1, max_wait: float = 0.0) -> Decision:
     descriptors = descriptors_for(request, descriptor_names(policy))
-    return record(request, decide(policy, descriptors, cost, request=request))
+    return record(request, decide(policy, descriptors, cost, max_wait=max_wait, request=request))
 
 
-async def adecide_request(request: HttpRequest, policy: Policy, cost: int = 1) -> Decision:
+async def adecide_request(request: HttpRequest, policy: Policy, cost: int = 1, max_wait: float = 0.0) -> Decision:
     descriptors = await adescriptors_for(request, descriptor_names(policy))
-    return record(request, await adecide(policy, descriptors, cost, request=request))
+    return record(request, await adecide(policy, descriptors, cost, max_wait=max_wait, request=request))
 
 
 def respond(request: HttpRequest, decision: Decision, block: bool,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["is_int", "is_number"]
+__all__ = ["is_int", "is_number", "max_wait_problem"]
 
 
 def is_int(value: Any, minimum: int | None = None, maximum: int | None = None) -> bool:
@@ -31,3 +31,12 @@ def is_number(value: Any, minimum: float | None = None, *, strict: bool = False,
     if minimum is not None and (value <= minimum if strict else value < minimum):
         return False
     return maximum is None or value <= maximum
+
+
+def max_wait_problem(value: Any) -> str | None:
+    """What is wrong with a shaping ``max_wait`` (seconds), or None: a finite number >= 0."""
+    if is_number(value, 0):
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return f"must be >= 0 seconds, not {value!r}"
+    return f"must be a finite number of seconds, not {value!r}"

@@ -40,6 +40,7 @@ class Outcome(NamedTuple):
     remaining: tuple[int, ...]
     reset_after: tuple[int, ...]  # us until each key is fully rested (sliding: until one more unit frees)
     granted: int | None = None  # take(): the units consumed (0 when denied)
+    waited: int = 0  # us until the reserved slot (shaping: evaluate with max_wait); 0: admitted now
 
     @property
     def allowed(self) -> bool:
@@ -50,10 +51,16 @@ class Backend(ABC):
     """Runs one all-or-nothing GCRA decision over ``specs`` for ``cost`` units."""
 
     @abstractmethod
-    def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome: ...
+    def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+        """Decide now. A store that shapes also takes ``max_wait`` (us, keyword or third
+        argument): a decision its enforcing GCRA limits deny for at most that long is
+        admitted for its own future slot, ``Outcome.waited`` us from ``Outcome.now``
+        (the caller waits). Callers pass ``max_wait`` only when it is above 0."""
 
-    async def aevaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+    async def aevaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Outcome:
         """Async variant; the default runs ``evaluate`` in a worker thread."""
+        if max_wait > 0:
+            return await sync_to_async(self.evaluate, thread_sensitive=False)(specs, cost, max_wait)  # type: ignore[call-arg]
         return await sync_to_async(self.evaluate, thread_sensitive=False)(specs, cost)
 
     def take(self, specs: Sequence[LimitSpec], most: int, least: int) -> Outcome:

@@ -6,7 +6,12 @@
 -- ARGV[3n+2] (optional): least. Present, the script takes as many units as every GCRA
 --   limit has free now, at most ARGV[1] and at least `least` (a lease refill), and
 --   appends the units it decided on to the reply.
--- Returns {enforced, would, retry_us, binding, now_us, remaining_1, reset_us_1, ...[, cost]}
+-- ARGV[3n+3] (optional; ARGV[3n+2] is then '' unless a lease refill): max_wait_us, shaping.
+--   Present, a decision its enforcing limits deny for at most max_wait_us (never a lease
+--   refill, never one with an enforcing sliding limit) is admitted for a future slot
+--   instead: every enforcing limit's TAT is pushed as for an admitted request and the
+--   wait is appended to the reply. Beyond max_wait_us it is denied as without it.
+-- Returns {enforced, would, retry_us, binding, now_us, remaining_1, reset_us_1, ...[, cost][, waited_us]}
 --   enforced: 1 allowed, 0 denied, -1 never satisfiable (cost > burst or N), by enforcing limits
 --   would:    the same over all limits, shadow ones included
 --   retry_us / binding: the largest retry among the denying limits (enforcing first), 1-based
@@ -94,6 +99,9 @@ end
 local tats, new_tats, slide = {}, {}, sliding and {}
 local enforced, would = 1, 1
 local e_retry, e_bind, s_retry, s_bind = -1, 0, -1, 0
+-- [shaping] each denying limit's retry, kept only for a call that may wait
+local max_wait = tonumber(ARGV[3 * n + 3])
+local denials = max_wait and {}
 
 for i = 1, n do
   local flag = ARGV[3 * i + 1]
@@ -155,6 +163,7 @@ for i = 1, n do
     st.ok = status == 1
   end
   if status ~= 1 then
+    if denials then denials[i] = retry end  -- [shaping]
     if enforce then
       if enforced == 1 or status == -1 then enforced = status end
       if retry > e_retry then e_retry, e_bind = retry, i end
@@ -163,6 +172,35 @@ for i = 1, n do
     if retry > s_retry then s_retry, s_bind = retry, i end
   end
 end
+
+-- [shaping] begin: a denial within max_wait becomes a reservation of the next free slot.
+-- The wait is the largest retry over the enforcing limits (all GCRA); each one's TAT moves
+-- on by the cost from where it stands, so concurrent waiters queue one interval apart.
+-- Shadow limits never make a caller wait: they are judged as now, as without a wait.
+local waited = 0
+if max_wait and enforced == 0 and e_retry <= max_wait and not least then
+  local reservable = true
+  for i = 1, n do
+    local flag = ARGV[3 * i + 1]
+    if flag ~= '1' and flag ~= '0' and tonumber(flag) % 2 == 1 then reservable = false end
+  end
+  if reservable then
+    waited = e_retry
+    would, s_retry, s_bind = 1, -1, 0
+    for i = 1, n do
+      local flag = ARGV[3 * i + 1]
+      if flag == '1' then
+        if not new_tats[i] then new_tats[i] = tats[i] + tonumber(ARGV[3 * i - 1]) * cost end
+      elseif denials[i] then  -- a shadow limit that denies now
+        local r = denials[i]
+        if would == 1 or r >= 1e300 then would = r >= 1e300 and -1 or 0 end
+        if r > s_retry then s_retry, s_bind = r, i end
+      end
+    end
+    enforced = 1
+  end
+end
+-- [shaping] end
 
 local result = {enforced, would, 0, 0, now}
 for i = 1, n do
@@ -237,4 +275,5 @@ end
 if retry >= 1e300 then retry = -1 end
 result[3], result[4] = retry, bind
 if least then result[6 + 2 * n] = cost end
+if max_wait then result[#result + 1] = waited end  -- [shaping]
 return result

@@ -20,6 +20,11 @@ holds: exact for one process, optimistic by what other processes took since that
 
 The local path (a leased key whose lease covers the cost) is a dict lookup, one lock
 held for a few integer operations, and one ``Outcome``: no other object is made.
+
+Shaping (``max_wait``): a decision is first decided as without a wait (served from the
+lease, or taking one, as usual); only if that denies, and for at most ``max_wait``, does it
+go to the store once more, with ``max_wait``, which reserves its slot there (the leased
+units this process still holds are too few for it; the store's reply decides).
 """
 
 from __future__ import annotations
@@ -100,7 +105,13 @@ class LeasingBackend(Backend):
         else:
             self.prefetch(lambda: self._prefetch(state))
 
-    def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+    def evaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Outcome:
+        if max_wait > 0:  # shaping: the lease first; a wait is reserved at the store
+            outcome = self.evaluate(specs, cost)
+            if outcome.allowed or outcome.retry_after is None or outcome.retry_after > max_wait:
+                return outcome
+            return self._direct(self._keys.get(specs[0].key), self.inner.evaluate(specs, cost, max_wait),  # type: ignore[call-arg]
+                                0)  # the decision was counted once already
         if len(specs) == 1:  # one dict lookup: a leased key's lease, or a cold key's heat
             spec = specs[0]
             state = self._keys.get(spec.key)
@@ -128,7 +139,12 @@ class LeasingBackend(Backend):
             raise
         return self._refilled(state, need, own, started, outcome)  # type: ignore[return-value]
 
-    async def aevaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
+    async def aevaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Outcome:
+        if max_wait > 0:
+            outcome = await self.aevaluate(specs, cost)
+            if outcome.allowed or outcome.retry_after is None or outcome.retry_after > max_wait:
+                return outcome
+            return self._direct(self._keys.get(specs[0].key), await self.inner.aevaluate(specs, cost, max_wait), 0)
         if len(specs) == 1:
             spec = specs[0]
             state = self._keys.get(spec.key)
@@ -246,8 +262,8 @@ class LeasingBackend(Backend):
         self._count(int(outcome is not None), calls=1, leased=granted, stranded=stranded)
         return None if outcome is None else outcome._replace(remaining=(outcome.remaining[0] + held,))
 
-    def _direct(self, state: KeyLease | None, outcome: Outcome) -> Outcome:
-        self._count(1, calls=1)
+    def _direct(self, state: KeyLease | None, outcome: Outcome, decisions: int = 1) -> Outcome:
+        self._count(decisions, calls=1)
         if state is None:
             return outcome
         with state.lock:

@@ -35,18 +35,18 @@ class MemoryBackend(Backend):
         self._tats: dict[str, tuple[int, Any]] = {}
         self._lock = threading.Lock()
 
-    def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
-        return self._decide(specs, cost, None)
+    def evaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Outcome:
+        return self._decide(specs, cost, None, max_wait)
 
     def take(self, specs: Sequence[LimitSpec], most: int, least: int) -> Outcome:
         return self._decide(specs, most, least)
 
-    def _decide(self, specs: Sequence[LimitSpec], cost: int, least: int | None) -> Outcome:
+    def _decide(self, specs: Sequence[LimitSpec], cost: int, least: int | None, max_wait: int = 0) -> Outcome:
         with self._lock:
             now = self.clock()
             states = [self._get(spec.key, now) for spec in specs]
             limits = [(s.algorithm, s.period if s.algorithm else s.interval, s.burst, s.enforce) for s in specs]
-            result = composite(states, now, limits, cost, least)
+            result = composite(states, now, limits, cost, least, max_wait)
             for spec, state in zip(specs, result.writes):
                 if state is not None:
                     self._tats[spec.key] = (_expiry(spec, state, now), state)
@@ -54,7 +54,7 @@ class MemoryBackend(Backend):
                 self._evict(now)
         granted = None if least is None else result.cost if result.enforced == ALLOWED else 0
         return Outcome(result.enforced, result.would, result.retry_after, result.binding, now,
-                       result.remaining, result.reset_after, granted)
+                       result.remaining, result.reset_after, granted, result.waited)
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         with self._lock:

@@ -47,10 +47,11 @@ SCRIPT = files(__package__).joinpath("gcra.lua").read_text(encoding="utf-8")
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
 
 
-def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None) -> list[Any]:
+def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None, max_wait: int = 0) -> list[Any]:
     """ARGV for the script: cost, then per limit interval, burst and enforce flag (GCRA),
     or period, N and 2 * algorithm + enforce (the sliding ones); then ``least`` for a take
-    (as many units as fit, at most ``cost``, at least ``least``)."""
+    (as many units as fit, at most ``cost``, at least ``least``); then, shaping, ``max_wait``
+    (us a denied decision may wait for its own future slot)."""
     args: list[Any] = [cost]
     for spec in specs:
         if spec.algorithm:
@@ -59,14 +60,19 @@ def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None)
             args += (spec.interval, spec.burst, 1 if spec.enforce else 0)
     if least is not None:
         args.append(least)
+    if max_wait > 0:
+        if least is None:
+            args.append("")
+        args.append(max_wait)
     return args
 
 
-def parse_reply(reply: Sequence[Any], take: bool = False) -> Outcome:
+def parse_reply(reply: Sequence[Any], take: bool = False, shaping: bool = False) -> Outcome:
     # Lua numbers arrive as Redis integer replies: Python ints already.
     enforced, would, retry, binding, now = reply[:5]
     rest = list(reply[5:])
     granted = None
+    waited = rest.pop() if shaping else 0  # the script appended the wait of a reservation
     if take:  # the script appended the units it decided on
         units = rest.pop()
         granted = units if enforced == ALLOWED else 0
@@ -74,7 +80,7 @@ def parse_reply(reply: Sequence[Any], take: bool = False) -> Outcome:
         enforced, would,
         None if retry < 0 else retry,
         None if enforced == ALLOWED and would == ALLOWED else binding - 1,
-        now, tuple(rest[0::2]), tuple(rest[1::2]), granted,
+        now, tuple(rest[0::2]), tuple(rest[1::2]), granted, waited,
     )
 
 
@@ -137,30 +143,30 @@ class RedisBackend(Backend):
                 breaker.release_probe()
         return BackendError(f"{type(exc).__name__}: {exc}")
 
-    def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
-        return self._run(specs, cost, None)
+    def evaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Outcome:
+        return self._run(specs, cost, None, max_wait)
 
     def take(self, specs: Sequence[LimitSpec], most: int, least: int) -> Outcome:
         return self._run(specs, most, least)
 
-    async def aevaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
-        return await self._arun(specs, cost, None)
+    async def aevaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Outcome:
+        return await self._arun(specs, cost, None, max_wait)
 
     async def atake(self, specs: Sequence[LimitSpec], most: int, least: int) -> Outcome:
         return await self._arun(specs, most, least)
 
-    def _run(self, specs: Sequence[LimitSpec], cost: int, least: int | None) -> Outcome:
+    def _run(self, specs: Sequence[LimitSpec], cost: int, least: int | None, max_wait: int = 0) -> Outcome:
         keys = [s.key for s in specs]
         breaker = self._breaker(keys)
         try:
-            reply = run_script(self.get_client(), keys, script_args(specs, cost, least))
+            reply = run_script(self.get_client(), keys, script_args(specs, cost, least, max_wait))
         except _STORE_ERRORS as exc:
             raise self._failed(breaker, exc) from exc
         if breaker is not None:
             breaker.success()
-        return parse_reply(reply, least is not None)
+        return parse_reply(reply, least is not None, max_wait > 0)
 
-    async def _arun(self, specs: Sequence[LimitSpec], cost: int, least: int | None) -> Outcome:
+    async def _arun(self, specs: Sequence[LimitSpec], cost: int, least: int | None, max_wait: int = 0) -> Outcome:
         keys = [s.key for s in specs]
         try:
             client = self.get_async_client() if self.get_async_client else None
@@ -168,15 +174,15 @@ class RedisBackend(Backend):
             raise BackendError(f"{type(exc).__name__}: {exc}") from exc
         if client is None:
             if least is None:
-                return await super().aevaluate(specs, cost)
+                return await super().aevaluate(specs, cost, max_wait)
             return await super().atake(specs, cost, least)
         breaker = self._breaker(keys)
         mux = multiplexer_for(client)
         try:
             if mux is None:
-                reply = await arun_script(client, keys, script_args(specs, cost, least))
+                reply = await arun_script(client, keys, script_args(specs, cost, least, max_wait))
             else:
-                reply = await amux_script(mux, keys, script_args(specs, cost, least))
+                reply = await amux_script(mux, keys, script_args(specs, cost, least, max_wait))
         except _STORE_ERRORS as exc:
             failed = self._failed(breaker, exc)
             if breaker is not None and breaker.state != CLOSED:  # decisions queued for a connection: now
@@ -189,7 +195,7 @@ class RedisBackend(Backend):
             raise failed from exc
         if breaker is not None:
             breaker.success()
-        return parse_reply(reply, least is not None)
+        return parse_reply(reply, least is not None, max_wait > 0)
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         try:

@@ -82,3 +82,54 @@ def hammer_times(redis_url: str, gcra: dict, policy: str, descriptors: dict, sta
 
     _, calls, _, _ = timed_loop(admit, start_at, duration, max_calls)
     return times, calls
+
+
+def pace_times(redis_url: str, gcra: dict, policy: str, descriptors: dict, start_at: float, threads: int,
+               calls: int, max_wait: float) -> tuple[int, list[int], int, float]:
+    """``threads`` threads each pacing ``calls`` times through ``policy`` (``django_gcra.pace``);
+    return (the Redis time before the first call, the Redis times at which paced work started,
+    refusals, seconds waited in all). Times are the store's clock (us), read right after each
+    wait, so a start is never reported earlier than it happened."""
+    import threading
+
+    setup_django(redis_url, gcra)
+    import redis
+
+    from django_gcra import SlotRefused, decide, pace
+
+    decide(policy, descriptors, cost=0)  # connect and load the script before the clock starts
+    clients = [redis.Redis.from_url(redis_url) for _ in range(threads)]
+
+    def now_us(client: redis.Redis) -> int:
+        seconds, micros = client.time()
+        return seconds * 1_000_000 + micros
+
+    starts: list[int] = []
+    refused = [0]
+    waited = [0.0]
+    lock = threading.Lock()
+
+    def work(client: redis.Redis) -> None:
+        for _ in range(calls):
+            try:
+                decision = pace(policy, descriptors, max_wait=max_wait).decision
+            except SlotRefused:
+                with lock:
+                    refused[0] += 1
+                continue
+            started = now_us(client)
+            with lock:
+                starts.append(started)
+                waited[0] += decision.waited
+
+    while time.time() < start_at:
+        time.sleep(0.001)
+    first = now_us(clients[0])
+    workers = [threading.Thread(target=work, args=(c,)) for c in clients]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    for c in clients:
+        c.close()
+    return first, starts, refused[0], waited[0]
