@@ -64,18 +64,21 @@ def inline_policy(name: str, key: tuple[str, ...], rate: str, burst: int | None,
 
 on_change(inline_policy.cache_clear)  # DESCRIPTORS may have changed
 
-#: ``@ratelimit(policy=..., max_wait=...)`` decorations in this process: (policy, max_wait, view)
-#: for ``manage.py check`` (the policy is only known once settings are read).
-waiting_views: dict[tuple[str, float], str] = {}
+#: ``@ratelimit(..., max_wait=...)`` decorations in this process, for ``manage.py check``:
+#: (policy name, max_wait) -> (where, the inline Policy or None: a configured policy, known
+#: only once settings are read).
+waiting_views: dict[tuple[str, float], tuple[str, Policy | None]] = {}
 
 
 def waiting_view_problems() -> list[Problem]:
-    """E101 / W100 for the ``max_wait`` of views decorated with a configured policy."""
+    """E101 / W100 for the ``max_wait`` of decorated views (an inline limit's E100/E101 are
+    raised at decoration already)."""
     policies = get_settings().policies
     found = []
-    for (name, max_wait), view in sorted(waiting_views.items()):
-        if name in policies:
-            found += max_wait_problems(policies[name], max_wait, f"@ratelimit(policy={name!r}) on {view}")
+    for (name, max_wait), (where, inline) in sorted(waiting_views.items(), key=lambda item: item[0]):
+        policy = inline or policies.get(name)
+        if policy is not None:
+            found += max_wait_problems(policy, max_wait, where)
     return found
 
 
@@ -137,6 +140,7 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
     if max_wait_problem(max_wait):
         raise ImproperlyConfigured(f"@ratelimit max_wait {max_wait_problem(max_wait)} "
                                    f"(django_gcra.E100).")
+    built = None
     if rate is not None:
         built = inline_policy(name or "inline", keys, rate, burst, mode, on_failure, algorithm)  # validate now
         for problem in max_wait_problems(built, max_wait, f"@ratelimit(key={list(keys)!r}, rate={rate!r})"):
@@ -149,8 +153,10 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
         # call's bound method, which registers under the class's name): skip the placeholder.
         if policy is None and rate is not None and getattr(view, "__module__", "") != "django.utils.decorators":
             inline_limits[policy_name] = (keys, rate, burst, mode, on_failure)
-        if policy is not None and max_wait:
-            waiting_views[(policy, max_wait)] = view_policy_name(view)[len("view."):]
+        if max_wait:
+            where = f"@ratelimit({'policy=' + repr(policy) if policy else 'rate=' + repr(rate)}) on " \
+                    f"{view_policy_name(view)[len('view.'):]}"
+            waiting_views[(policy_name, max_wait)] = (where, built)
 
         def resolve() -> Policy:
             if policy is not None:
