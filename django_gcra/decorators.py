@@ -154,8 +154,8 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
         if policy is None and rate is not None and getattr(view, "__module__", "") != "django.utils.decorators":
             inline_limits[policy_name] = (keys, rate, burst, mode, on_failure)
         if max_wait:
-            where = f"@ratelimit({'policy=' + repr(policy) if policy else 'rate=' + repr(rate)}) on " \
-                    f"{view_policy_name(view)[len('view.'):]}"
+            named = f"policy={policy!r}" if policy else f"rate={rate!r}"
+            where = f"@ratelimit({named}) on {view_policy_name(view)[len('view.'):]}"
             waiting_views[(policy_name, max_wait)] = (where, built)
 
         def resolve() -> Policy:
