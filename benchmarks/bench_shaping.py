@@ -138,8 +138,8 @@ def compare(workers: int, jobs: int, rate: str, burst: int, deadline: float = 12
 
 
 def table(results: list[Result]) -> str:
-    head = f"{'strategy':<14}{'jobs':>6}{'started':>9}{'sent':>7}{'wasted':>8}{'drain s':>9}" \
-           f"{'rate/s':>8}{'p50 s':>8}{'p99 s':>8}"
+    head = (f"{'strategy':<14}{'jobs':>6}{'started':>9}{'sent':>7}{'wasted':>8}{'drain s':>9}"
+            f"{'rate/s':>8}{'p50 s':>8}{'p99 s':>8}")
     rows = [head] + [
         f"{r.name:<14}{r.jobs:>6}{r.started:>9}{r.sent:>7}{r.wasted:>8}{r.drain:>9.2f}{r.rate:>8.1f}"
         f"{r.median:>8.2f}{r.p99:>8.2f}" for r in results]

@@ -43,7 +43,7 @@ def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, 
     (allowed, ``waited`` set) only after sleeping until then. Beyond it: denied, nothing
     consumed. Shadow limits, sliding limits and fallback decisions never wait.
     """
-    wait_us = max_wait_us(max_wait)
+    wait_us = max_wait_us(max_wait) if max_wait else 0
     p = plan(policy, descriptors, cost)
     if not p.specs:
         return _finish(p, None, request)
@@ -62,7 +62,7 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
                   max_wait: float = 0.0, request: HttpRequest | None = None) -> Decision:
     """``decide()`` for async code: never blocks the event loop on the store, and waits
     for a reserved slot with ``asyncio.sleep`` (a cancelled wait still used its slot)."""
-    wait_us = max_wait_us(max_wait)
+    wait_us = max_wait_us(max_wait) if max_wait else 0
     p = plan(policy, descriptors, cost)
     if not p.specs:
         return _finish(p, None, request)
@@ -81,8 +81,6 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
 
 def max_wait_us(max_wait: float) -> int:
     """``max_wait`` seconds as whole microseconds; ValueError unless a finite number >= 0."""
-    if max_wait == 0 and not isinstance(max_wait, bool):
-        return 0
     problem = max_wait_problem(max_wait)
     if problem:
         raise ValueError(f"max_wait {problem}")
