@@ -250,3 +250,19 @@ def test_sixteen_pacers_through_one_limit_keep_the_rate_evenly(redis_server):
     densest = max(bisect.bisect_right(paced, s + window - 1) - i for i, s in enumerate(paced))
     print(f"pacing: {total} starts, span {span:.2f} s, median gap {median * 1e3:.1f} ms, densest 250 ms {densest}")
     assert densest <= 12, densest
+
+
+def test_audit_records_the_refusal_and_not_the_wait(shaped):
+    from django_gcra.audit import AuditRecorder
+
+    recorder = AuditRecorder(autostart=False)
+    d = {"tenant": "k"}
+    decide("slow", d)
+    refused = decide("slow", d, max_wait=0.2)
+    decide("one", d)
+    waited = decide("one", d, max_wait=1)
+    assert (outcome_of(refused), outcome_of(waited)) == ("denied", "waited")
+    recorder.record(waited)
+    assert recorder.buffer == {}  # admitted after a wait: not a denial
+    recorder.record(refused)
+    assert [bucket[3] for bucket in recorder.buffer] == ["denied"]
