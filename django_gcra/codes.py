@@ -3,7 +3,7 @@
 Every ID is listed in docs/reference/checks.md. Ranges: E001-E019 policies and top-level
 settings, E020-E029 surfaces, E030-E039 policy plane, E040-E049 resilience, E050-E059
 leases, E060-E069 DRF throttles, E070-E079 load shedding,
-E080-E089 multi-region budgets.
+E080-E089 multi-region budgets, E090-E099 concurrency limits.
 """
 
 from __future__ import annotations
@@ -96,6 +96,13 @@ class Codes:
     REGION_CACHE_ALIAS = "django_gcra.E087"
     BAD_HOME = "django_gcra.E088"
     BUDGET_WITHOUT_REGIONS = "django_gcra.W080"
+
+    BAD_CONCURRENCY = "django_gcra.E090"
+    BAD_CONCURRENCY_KEY = "django_gcra.E091"
+    BAD_CONCURRENCY_MAX = "django_gcra.E092"
+    BAD_CONCURRENCY_TTL = "django_gcra.E093"
+    CONCURRENCY_LEASE = "django_gcra.E094"
+    CONCURRENCY_LOCAL_GLOBAL = "django_gcra.W090"
 
 
 @dataclass(frozen=True)
