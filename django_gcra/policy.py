@@ -422,7 +422,7 @@ def _parse_shard(where: str, raw: Mapping[str, Any], limits: list[Limit | Concur
     common = [d for d in limits[0].key if all(d in limit.key for limit in limits)]
     shard = raw.get("shard")
     if shard is None:
-        if not common:
+        if not common and any(limit.key for limit in limits):  # (key [] only: one key per limit anyway)
             problems.append(Problem(
                 Codes.ONE_SLOT, f"{where}: no descriptor is common to every limit, so all its keys share one "
                 "Redis Cluster slot (hash tag: the policy name).",
