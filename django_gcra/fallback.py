@@ -25,6 +25,7 @@ from .backends import BackendError, LimitSpec, Outcome
 from .backends.breaker import breakers
 from .backends.memory import MemoryBackend
 from .backends.slots import LocalSemaphores
+from .backends.slots import stats as slot_stats
 from .conf import get_settings
 from .plan import Plan, PlannedLimit
 
@@ -125,6 +126,7 @@ def _local(p: Plan) -> Outcome:
     keys, maxima = tuple(conc[i].key for i in enforced), [p.slots[i].max for i in enforced]
     full = LocalSemaphores.try_acquire(keys, maxima) if p.cost > 0 else None
     if full is not None:
+        slot_stats.add("refused")
         counts = LocalSemaphores.counts([s.key for s in conc])
         free = tuple(max(0, ps.max - c) for ps, c in zip(p.slots, counts))
         peek = local_backend.evaluate(rates, 0) if rates else None  # what the rates have left, consuming nothing
@@ -146,5 +148,6 @@ def _local(p: Plan) -> Outcome:
 
 def status() -> dict[str, object]:
     """This process's fallback counters and circuit breakers, for a health check or a
-    monitoring view inside the serving process (a management command is another process)."""
-    return {"fallback": stats.snapshot(), "breakers": breakers()}
+    monitoring view inside the serving process (a management command is another process);
+    ``slots``: its concurrency slots (held now; acquired, released, refused, expired...)."""
+    return {"fallback": stats.snapshot(), "breakers": breakers(), "slots": slot_stats.snapshot()}

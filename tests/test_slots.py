@@ -351,3 +351,77 @@ def test_an_async_disconnect_cancels_the_view_and_releases(conc):
     assert "cancelled" in events and not any(m.get("type") == "http.response.start" for m in sent)
     flush()
     assert conc.zcard(slot_key(tenant="d")) == 0
+
+
+# -- DRF ---------------------------------------------------------------------------------
+
+def drf_view(policy, body):
+    from rest_framework.views import APIView
+
+    from django_gcra.throttling import PolicyThrottle
+
+    class View(APIView):
+        throttle_classes = [PolicyThrottle]
+        authentication_classes: list = []
+        permission_classes: list = []
+        ratelimit_policy = policy
+
+        def get(self, request):
+            return body(request)
+
+    View.ratelimit_policy = policy
+    return View.as_view()
+
+
+def test_drf_policy_throttle_holds_and_releases(conc):
+    from rest_framework.response import Response
+
+    inside = []
+
+    def body(request):
+        inside.append(conc.zcard(slot_key(tenant="r")))
+        return Response({"ok": True})
+
+    view = drf_view("run", body)
+    for _ in range(4):  # more than max, one at a time: each response gave its slot back
+        response = view(RequestFactory().get("/", HTTP_X_TENANT="r"))
+        response.render()
+        assert response.status_code == 200 and response["RateLimit"] == '"running";r=1;t=0'
+        response.close()
+        flush()
+    assert inside == [1, 1, 1, 1] and conc.zcard(slot_key(tenant="r")) == 0
+
+
+def test_drf_full_limits_429_and_503_and_an_unhandled_exception_releases(conc):
+    held = [decide("run", {"tenant": "q"}), decide("run", {"tenant": "q"})]
+    response = drf_view("run", lambda request: None)(RequestFactory().get("/", HTTP_X_TENANT="q"))
+    assert response.status_code == 429 and response["Retry-After"] == "1"
+    cap = decide("cap", {})
+    response = drf_view("cap", lambda request: None)(RequestFactory().get("/"))
+    assert response.status_code == 503 and response["Retry-After"] == "1"
+    for d in (*held, cap):
+        d.release()
+    flush()
+
+    def fails(request):
+        raise RuntimeError("not an APIException")
+
+    for _ in range(3):
+        with pytest.raises(RuntimeError):
+            drf_view("run", fails)(RequestFactory().get("/", HTTP_X_TENANT="q"))
+        flush()
+    assert conc.zcard(slot_key(tenant="q")) == 0
+
+
+def test_metrics_export_the_slots(conc):
+    prometheus_client = pytest.importorskip("prometheus_client")
+    registry = prometheus_client.REGISTRY
+    refused = registry.get_sample_value("django_gcra_concurrency_slots_refused_total")
+    held = [decide("run", {"tenant": "x"}), decide("run", {"tenant": "x"})]
+    assert not decide("run", {"tenant": "x"}).allowed
+    assert registry.get_sample_value("django_gcra_concurrency_slots_held") >= 2
+    assert registry.get_sample_value("django_gcra_concurrency_slots_refused_total") == refused + 1
+    for d in held:
+        d.release()
+    flush()
+    assert registry.get_sample_value("django_gcra_concurrency_slots_released_total") >= 2
