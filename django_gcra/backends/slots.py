@@ -7,7 +7,11 @@ scored by when it expires (Redis time + ``ttl``, set by the decision's script ca
   (``SlotKeeper``) sends the queued ZREMs as one pipeline (no round trip on the response
   path), wakes as soon as something is queued, and flushes at interpreter exit. A release
   that fails is counted (``stats.release_failures``) and logged, never retried: the
-  slot's ttl frees it anyway.
+  slot's ttl frees it anyway. The thread sends at most one pipeline every
+  ``FLUSH_INTERVAL`` seconds: an idle process's release goes out at once, while under
+  load one pipeline carries every release of the last interval (a slot is then free
+  again up to ``FLUSH_INTERVAL`` after its response), and the request threads are not
+  made to hand the GIL to the keeper for every request.
 - The same thread extends every slot still held by this process every ``ttl / 3`` (a
   pipelined ``ZADD XX`` per key, scored from Redis time), so a long request keeps its slot
   while a dead process's slots are free again at most ``ttl`` after it died.
@@ -47,6 +51,9 @@ for i = 1, #KEYS do
 end
 return kept
 """
+
+
+FLUSH_INTERVAL = 0.01  # seconds: the keeper sends at most one pipeline of releases this often
 
 
 class SlotStats:
@@ -140,6 +147,7 @@ class SlotKeeper:
         self._pid = 0
         self._logged_at = 0.0
         self._unlogged = 0
+        self._flushed_at = 0.0
         keepers.add(self)
 
     # -- the request side: cheap, never blocks on the network
@@ -159,11 +167,11 @@ class SlotKeeper:
         self._ensure_thread()
 
     def _ensure_thread(self) -> None:
-        thread = self._thread
-        if thread is not None and self._pid == os.getpid() and thread.is_alive():
+        # The thread never returns (its loop survives any error); only a fork leaves it behind.
+        if self._thread is not None and self._pid == os.getpid():
             return
         with self._cond:
-            if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+            if self._thread is not None and self._pid == os.getpid():
                 return
             self._pid = os.getpid()
             self._thread = threading.Thread(target=self._run, name=f"django_gcra-slots{self.name}", daemon=True)
@@ -175,6 +183,12 @@ class SlotKeeper:
             with self._cond:
                 if not self._queue:
                     self._cond.wait(timeout=self._next_extension())
+                busy = bool(self._queue)
+            if busy:  # under load, batch: at most one pipeline every FLUSH_INTERVAL
+                wait = self._flushed_at + FLUSH_INTERVAL - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                self._flushed_at = time.monotonic()
             try:
                 self.flush()
                 self.extend_due()
