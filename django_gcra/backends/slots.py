@@ -34,6 +34,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from redis.cluster import RedisCluster
+
 logger = logging.getLogger("django_gcra")
 
 __all__ = ["LocalSemaphores", "SlotKeeper", "SlotStats", "Slots", "keepers", "new_token", "stats"]
@@ -230,10 +232,15 @@ class SlotKeeper:
         if not due:
             return 0
         try:
-            pipe = self.get_client().pipeline(transaction=False)
-            for slots in due:
-                pipe.eval(EXTEND_SCRIPT, len(slots.keys), *slots.keys, slots.token, *slots.ttls)
-            pipe.execute()
+            client = self.get_client()
+            if isinstance(client, RedisCluster):  # its pipeline runs no scripts: one call per decision
+                for slots in due:
+                    client.eval(EXTEND_SCRIPT, len(slots.keys), *slots.keys, slots.token, *slots.ttls)
+            else:
+                pipe = client.pipeline(transaction=False)
+                for slots in due:
+                    pipe.eval(EXTEND_SCRIPT, len(slots.keys), *slots.keys, slots.token, *slots.ttls)
+                pipe.execute()
         except Exception as exc:
             stats.add("extend_failures", len(due))
             logger.warning("django_gcra: could not extend %d concurrency slot(s) (they expire after their ttl "
