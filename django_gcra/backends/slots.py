@@ -65,7 +65,7 @@ class SlotStats:
               "extended")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: Slots.__del__ may run while this thread holds it
         self.counts = dict.fromkeys(self.FIELDS, 0)
 
     def add(self, name: str, n: int = 1) -> None:
@@ -144,7 +144,7 @@ class SlotKeeper:
         # Weak: a Slots its decision dropped unreleased is collected, released by __del__, no longer extended.
         self.held: weakref.WeakSet[Slots] = weakref.WeakSet()
         self._queue: deque[Slots] = deque()
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.RLock())  # (a __del__ may release while it is held)
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._logged_at = 0.0
@@ -175,6 +175,9 @@ class SlotKeeper:
         with self._cond:
             if self._thread is not None and self._pid == os.getpid():
                 return
+            if self._thread is not None:  # a forked child: the parent's slots are the parent's to keep
+                self.held = weakref.WeakSet()
+                self._queue.clear()
             self._pid = os.getpid()
             self._thread = threading.Thread(target=self._run, name=f"django_gcra-slots{self.name}", daemon=True)
             self._thread.start()
@@ -228,7 +231,9 @@ class SlotKeeper:
     def extend_due(self, force: bool = False) -> int:
         """Extend the held slots due (all with ``force``): one pipelined script call each."""
         now = time.monotonic()
-        due = [s for s in list(self.held) if force or now - s.extended_at >= min(s.ttls) / 3e6]
+        with self._cond:  # (a request thread may add one meanwhile)
+            held = list(self.held)
+        due = [s for s in held if force or now - s.extended_at >= min(s.ttls) / 3e6]
         if not due:
             return 0
         try:
@@ -272,7 +277,7 @@ def _flush_at_exit() -> None:
 class LocalSemaphores:
     """``on_failure="local"``: a per-process counting semaphore of ``max`` per key."""
 
-    _lock = threading.Lock()
+    _lock = threading.RLock()  # re-entrant: Slots.__del__ may run while this thread holds it
     _held: dict[str, int] = {}
 
     @classmethod
