@@ -425,3 +425,20 @@ def test_metrics_export_the_slots(conc):
         d.release()
     flush()
     assert registry.get_sample_value("django_gcra_concurrency_slots_released_total") >= 2
+
+
+@ratelimit(policy="run")
+async def quick_async(request):
+    return HttpResponse("ok")
+
+
+def test_an_async_view_releases_when_its_response_closes(conc):
+    async def run():
+        for _ in range(3):  # more than max, one after another
+            response = await quick_async(RequestFactory().get("/", HTTP_X_TENANT="q2"))
+            assert response.status_code == 200
+            response.close()
+            flush()
+
+    asyncio.run(run())
+    assert conc.zcard(slot_key(tenant="q2")) == 0
