@@ -23,8 +23,8 @@ from .sliding import (
     window_view,
 )
 
-__all__ = ["ALGORITHMS", "GCRA", "SLIDING_LOG", "SLIDING_WINDOW", "CompositeResult", "GCRAResult", "SlidingResult",
-           "composite", "gcra", "gcra_composite", "sliding_log", "sliding_window"]
+__all__ = ["ALGORITHMS", "CONCURRENCY", "GCRA", "SLIDING_LOG", "SLIDING_WINDOW", "CompositeResult", "GCRAResult",
+           "SlidingResult", "composite", "gcra", "gcra_composite", "sliding_log", "sliding_window"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,7 @@ ALLOWED, DENIED, IMPOSSIBLE = 1, 0, -1
 
 # Algorithm codes shared with the Lua script (a limit's flag is 2 * algorithm + enforce).
 GCRA, SLIDING_LOG, SLIDING_WINDOW = 0, 1, 2
+CONCURRENCY = 3  # a concurrency limit's slots (not a rate algorithm: never in ALGORITHMS)
 ALGORITHMS = {"gcra": GCRA, "sliding_log": SLIDING_LOG, "sliding_window": SLIDING_WINDOW}
 
 State = Any  # per limit: a GCRA TAT (int), the log's entry times, or a WindowState; None: fresh

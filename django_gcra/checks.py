@@ -114,7 +114,7 @@ def check_overrides(app_configs: Any = None, databases: Any = None, **kwargs: An
         rows = list(LimitOverride.objects.filter(enabled=True).values_list("pk", "policy", "limit"))
     except Exception:  # no table yet (before migrate), or settings in error (other checks say so)
         return []
-    known = {(p.name, lim.name) for p in config.policies.values() for lim in p.limits}
+    known = {(p.name, lim.name) for p in config.policies.values() for lim in p.every_limit}
     return [_message(Problem(Codes.STALE_OVERRIDE, f"LimitOverride {pk} overrides {policy}.{limit}, which is not "
                              "configured; it is ignored.", "Fix the override in the admin, or disable or delete it."))
             for pk, policy, limit in rows if (policy, limit) not in known]

@@ -3,7 +3,8 @@
 Every ID is listed in docs/reference/checks.md. Ranges: E001-E019 policies and top-level
 settings, E020-E029 surfaces, E030-E039 policy plane, E040-E049 resilience, E050-E059
 leases, E060-E069 DRF throttles, E070-E079 load shedding,
-E080-E089 multi-region budgets, E100-E109 / W100-W109 shaping (``max_wait``).
+E080-E089 multi-region budgets, E090-E099 concurrency limits, E100-E109 shaping
+(``max_wait``).
 """
 
 from __future__ import annotations
@@ -100,6 +101,12 @@ class Codes:
     BAD_MAX_WAIT = "django_gcra.E100"
     MAX_WAIT_TOO_LONG = "django_gcra.E101"
     MAX_WAIT_NEVER_WAITS = "django_gcra.W100"
+    BAD_CONCURRENCY = "django_gcra.E090"
+    BAD_CONCURRENCY_KEY = "django_gcra.E091"
+    BAD_CONCURRENCY_MAX = "django_gcra.E092"
+    BAD_CONCURRENCY_TTL = "django_gcra.E093"
+    CONCURRENCY_LEASE = "django_gcra.E094"
+    CONCURRENCY_LOCAL_GLOBAL = "django_gcra.W090"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .headers import quota_headers
 from .rates import Rate
@@ -22,7 +22,7 @@ class LimitState(NamedTuple):
     remaining: int
     reset_after: float  # seconds until the key is fully rested (sliding: until one more unit frees)
     mode: str = "enforce"  # enforce | shadow
-    algorithm: str = "gcra"  # gcra | sliding_log | sliding_window
+    algorithm: str = "gcra"  # gcra | sliding_log | sliding_window | concurrency (burst: max; remaining: free slots)
 
 
 _NO_DESCRIPTORS: Mapping[str, str] = MappingProxyType({})
@@ -37,6 +37,9 @@ class Decision(NamedTuple):
     store could not be reached and the policy's ``on_failure`` answered instead.
     ``waited`` is the time (seconds) the decision waited for its reserved slot
     (``decide(..., max_wait=...)``); 0.0 when it did not wait.
+    ``capacity`` is True when a concurrency limit of ``key: []`` (one for everyone) is
+    full: the surfaces answer 503, not 429. An allowed decision of a policy with
+    concurrency limits holds their slots until ``release()`` (or ``await arelease()``).
     """
 
     allowed: bool
@@ -53,6 +56,19 @@ class Decision(NamedTuple):
     limits: tuple[LimitState, ...] = ()
     descriptors: Mapping[str, str] = _NO_DESCRIPTORS
     waited: float = 0.0  # seconds waited for a reserved slot (shaping); 0.0: admitted at once
+    capacity: bool = False
+    slots: Any = None  # backends.slots.Slots of an allowed decision with concurrency limits
+
+    def release(self) -> None:
+        """Free the concurrency slots this decision holds: idempotent, never blocks on the
+        store (the release is pipelined from a background thread), harmless when there are none."""
+        if self.slots is not None:
+            self.slots.release()
+
+    async def arelease(self) -> None:
+        """``release()`` for async code (it never blocks either)."""
+        if self.slots is not None:
+            self.slots.release()
 
     @property
     def impossible(self) -> bool:

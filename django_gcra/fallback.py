@@ -3,7 +3,9 @@
 - ``open``: allow. ``closed``: deny without a limit having been exceeded (the surfaces
   answer 503, see docs/operations.md). ``local``: a per-process GCRA on the memory
   backend at each limit's ``fallback_rate``, by default its rate divided by
-  ``FALLBACK_PROCESSES`` (the number of processes that share the limit).
+  ``FALLBACK_PROCESSES`` (the number of processes that share the limit); and a
+  concurrency limit is a per-process semaphore of its ``max`` (``backends/slots.py``),
+  taken with the rates all-or-nothing.
 
 Every fallback decision is counted in ``stats`` (per process: see ``status()``) and
 logged, at most once per ``FALLBACK_LOG_INTERVAL`` seconds per policy, with the number
@@ -18,9 +20,12 @@ import threading
 import time
 from collections import Counter
 
+from .algorithm import ALLOWED, DENIED
 from .backends import BackendError, LimitSpec, Outcome
 from .backends.breaker import breakers
 from .backends.memory import MemoryBackend
+from .backends.slots import LocalSemaphores
+from .backends.slots import stats as slot_stats
 from .conf import get_settings
 from .plan import Plan, PlannedLimit
 
@@ -101,7 +106,7 @@ def on_failure(p: Plan, exc: BackendError) -> Outcome | object | None:
     elif mode == "closed":
         outcome = UNAVAILABLE
     else:
-        outcome = local_backend.evaluate([fallback_spec(s, pl) for s, pl in zip(p.specs, p.limits)], p.cost)
+        outcome = _local(p)
     allowed = outcome is None or (isinstance(outcome, Outcome) and outcome.allowed)
     due = stats.record(p.policy.name, mode, allowed, exc)
     if due is not None:
@@ -110,7 +115,39 @@ def on_failure(p: Plan, exc: BackendError) -> Outcome | object | None:
     return outcome
 
 
+def _local(p: Plan) -> Outcome:
+    """on_failure="local": the rates on the memory backend, the slots on per-process semaphores."""
+    rates = [fallback_spec(s, pl) for s, pl in zip(p.specs, p.limits)]
+    if not p.slots:
+        return local_backend.evaluate(rates, p.cost)
+    n = len(p.limits)
+    conc = p.specs[n:]
+    enforced = [i for i, (s, ps) in enumerate(zip(conc, p.slots)) if ps.mode == "enforce"]
+    keys, maxima = tuple(conc[i].key for i in enforced), [p.slots[i].max for i in enforced]
+    full = LocalSemaphores.try_acquire(keys, maxima) if p.cost > 0 else None
+    if full is not None:
+        slot_stats.add("refused")
+        counts = LocalSemaphores.counts([s.key for s in conc])
+        free = tuple(max(0, ps.max - c) for ps, c in zip(p.slots, counts))
+        peek = local_backend.evaluate(rates, 0) if rates else None  # what the rates have left, consuming nothing
+        return Outcome(DENIED, DENIED, 1_000_000, n + enforced[full], 0,
+                       (peek.remaining if peek else ()) + free, (peek.reset_after if peek else ()) + (0,) * len(conc))
+    outcome = local_backend.evaluate(rates, p.cost) if rates else None
+    slots = LocalSemaphores.acquired(keys) if p.cost > 0 else None
+    if outcome is not None and not outcome.allowed:
+        if slots is not None:
+            slots.release()
+        slots = None
+    counts = LocalSemaphores.counts([s.key for s in conc])
+    free = tuple(max(0, ps.max - c) for ps, c in zip(p.slots, counts))
+    if outcome is None:
+        return Outcome(ALLOWED, ALLOWED, None, None, 0, free, (0,) * len(conc), slots=slots)
+    return outcome._replace(remaining=outcome.remaining + free, reset_after=outcome.reset_after + (0,) * len(conc),
+                            slots=slots)
+
+
 def status() -> dict[str, object]:
     """This process's fallback counters and circuit breakers, for a health check or a
-    monitoring view inside the serving process (a management command is another process)."""
-    return {"fallback": stats.snapshot(), "breakers": breakers()}
+    monitoring view inside the serving process (a management command is another process);
+    ``slots``: its concurrency slots (held now; acquired, released, refused, expired...)."""
+    return {"fallback": stats.snapshot(), "breakers": breakers(), "slots": slot_stats.snapshot()}

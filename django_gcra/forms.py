@@ -114,7 +114,9 @@ class LimitOverrideForm(forms.ModelForm):
         self.fields["policy"].choices = [(name, name) for name in sorted(policies)]
         # Grouped by policy (an <optgroup> each): without script the groups still say which is whose.
         self.fields["limit"].choices = [
-            (name, [(lim.name, f"{lim.name} (key: {'+'.join(lim.key) or 'none'})") for lim in policies[name].limits])
+            (name, [(lim.name, f"{lim.name} (key: {'+'.join(lim.key) or 'none'})") for lim in policies[name].limits]
+             + [(c.name, f"{c.name} (concurrency, max {c.max}: the burst field; key: {'+'.join(c.key) or 'none'})")
+                for c in policies[name].concurrency])
             for name in sorted(policies)]
         if self.instance.pk and not self.is_bound:
             self.initial["match"] = match_lines(self.instance.match)
@@ -142,7 +144,7 @@ class LimitOverrideForm(forms.ModelForm):
         policy = get_settings().policies.get(str(data.get("policy")))
         limit = data.get("limit")
         if policy is not None and limit is not None:
-            names = [lim.name for lim in policy.limits]
+            names = [lim.name for lim in policy.limits] + [c.name for c in policy.concurrency]
             if limit not in names:
                 self.add_error("limit", _("Policy %(policy)s has no limit %(limit)r; its limits: %(names)s.")
                                % {"policy": policy.name, "limit": limit, "names": ", ".join(names)})
@@ -151,6 +153,10 @@ class LimitOverrideForm(forms.ModelForm):
                                         policy)
         except forms.ValidationError as exc:
             self.add_error("match", exc)
+        concurrent = next((c for c in policy.concurrency if c.name == limit), None) if policy else None
+        if concurrent is not None and data.get("rate"):
+            self.add_error("rate", _("Limit %(limit)s is a concurrency limit: it has no rate. Its max is the burst "
+                                     "field.") % {"limit": limit})
         configured = next((lim for lim in policy.limits if lim.name == limit), None) if policy else None
         if configured is not None and configured.sliding:
             if data.get("burst") is not None:

@@ -15,6 +15,10 @@ For a sliding limit (``sliding_log``, ``sliding_window``) of N per period P:
 - ``t`` = the seconds until the next unit frees (the oldest entry leaves the log, or the
   weighted estimate drops by one); on a denial, the Retry-After.
 
+For a concurrency limit of ``max`` slots: ``q`` = max with ``qu="concurrent-requests"``
+and no ``w`` (a slot is not restored by time but when a request ends); ``r`` = the slots
+still free; ``t`` = 0, or on a denial the Retry-After.
+
 Only enforced limits are shown: a shadow limit is never advertised, and a policy whose
 limits are all in shadow sends no quota header. ``RateLimit-Policy`` lists every
 enforced limit evaluated; ``RateLimit`` names the binding one. The ``HEADERS`` setting
@@ -48,6 +52,12 @@ def _window(state: LimitState) -> int:
     if state.algorithm != "gcra":
         return state.rate.period
     return max(1, math.ceil(state.burst * state.rate.interval / 1_000_000))
+
+
+def _policy_item(state: LimitState) -> str:
+    if state.algorithm == "concurrency":
+        return f'{_sf_string(state.name)};q={state.burst};qu="concurrent-requests"'
+    return f"{_sf_string(state.name)};q={state.burst};w={_window(state)}"
 
 
 def _sf_string(value: str) -> str:
@@ -87,7 +97,7 @@ def quota_headers(decision: Decision, style: str | None = None) -> dict[str, str
     headers["X-RateLimit-Remaining"] = str(remaining)
     headers["X-RateLimit-Reset"] = str(math.ceil(time.time()) + reset)
     if style == "draft-11":
-        headers["RateLimit-Policy"] = ", ".join(f"{_sf_string(s.name)};q={s.burst};w={_window(s)}" for s in enforced)
+        headers["RateLimit-Policy"] = ", ".join(_policy_item(s) for s in enforced)
         headers["RateLimit"] = f"{_sf_string(binding.name)};r={remaining};t={reset}"
     elif style == "draft-03":
         headers.update({"RateLimit-Limit": str(binding.burst), "RateLimit-Remaining": str(remaining),

@@ -1,7 +1,9 @@
 """The denied response and the quota headers on responses, shared by every surface.
 
 Denials: 429 Too Many Requests; 503 Service Unavailable when the policy fails closed
-because the store is unreachable (``Decision.unavailable``: no limit was exceeded). The
+because the store is unreachable (``Decision.unavailable``: no limit was exceeded), or
+when a concurrency limit of ``key: []`` is full (``Decision.capacity``: the service, not
+this caller, is at its limit). The
 header fields themselves are rendered by ``headers.py``.
 """
 
@@ -43,8 +45,9 @@ def apply_quota_headers(response: HttpResponseBase, decision: Decision) -> HttpR
 
 
 def denial_status(decision: Decision) -> int:
-    """503 when failing closed on an unreachable store, else 429."""
-    return 503 if decision.unavailable else 429
+    """503 when failing closed on an unreachable store or at capacity (a full concurrency
+    limit of ``key: []``), else 429."""
+    return 503 if decision.unavailable or decision.capacity else 429
 
 
 def _wants_problem_json(request: HttpRequest | None) -> bool:
@@ -65,6 +68,12 @@ def denial_message(decision: Decision) -> str:
     seconds = retry_after_header(decision.retry_after)
     if decision.unavailable:
         return f"Rate limiting is temporarily unavailable; retry in {seconds} s."
+    if decision.capacity:
+        return f"The service is at capacity ({decision.limit!r}: too many requests in flight); retry in {seconds} s."
+    binding = decision.binding
+    if binding is not None and binding.algorithm == "concurrency":
+        return (f"Too many requests in flight for {decision.limit!r} (at most {binding.burst} at once); retry in "
+                f"{seconds} s.")
     return f"Rate limit {decision.limit!r} exceeded; retry in {seconds} s."
 
 
@@ -74,13 +83,13 @@ def too_many_requests(decision: Decision, request: HttpRequest | None = None) ->
     seconds = None if decision.impossible else int(retry_after_header(decision.retry_after))
     message = denial_message(decision)
     if _wants_problem_json(request):
-        kind, title = (("temporary-reduced-capacity", "Temporary reduced capacity") if decision.unavailable
-                       else ("quota-exceeded", "Quota exceeded"))
+        kind, title = (("temporary-reduced-capacity", "Temporary reduced capacity")
+                       if decision.unavailable or decision.capacity else ("quota-exceeded", "Quota exceeded"))
         body: dict[str, Any] = {"type": PROBLEM_TYPES + kind, "title": title, "status": status, "detail": message,
                                 "violated-policies": [decision.limit or decision.policy]}
         content_type = "application/problem+json"
     else:
-        error = "service_unavailable" if decision.unavailable else "too_many_requests"
+        error = "service_unavailable" if decision.unavailable or decision.capacity else "too_many_requests"
         body = {"error": error, "message": message}
         content_type = "application/json"
     body["retry_after_seconds"] = seconds

@@ -20,6 +20,7 @@ from .decision import Decision, LimitState
 from .fallback import UNAVAILABLE, on_failure
 from .plan import Plan, get_policy, plan
 from .policy import Policy
+from .rates import Rate
 from .signals import decision as decision_signal
 from .signals import observers
 from .store import backend_for
@@ -111,6 +112,13 @@ def _to_decision(p: Plan, outcome: Outcome | object | None, fallback: bool) -> D
         LimitState(pl.limit.name, pl.rate, pl.burst, remaining[i], reset_after[i] / 1e6, pl.mode, pl.limit.algorithm)
         for i, pl in enumerate(p.limits)
     ])
+    if p.slots:
+        base = len(states)
+        states += tuple([
+            LimitState(ps.limit.name, Rate(ps.max, max(1, math.ceil(ps.limit.ttl))), ps.max, remaining[base + j],
+                       reset_after[base + j] / 1e6, ps.mode, "concurrency")
+            for j, ps in enumerate(p.slots)
+        ])
     # Remaining and the binding limit of an allowed decision speak of enforced limits (a
     # shadow limit never lowers what a client is told), unless every limit is in shadow.
     if len(remaining) == 1:
@@ -124,7 +132,9 @@ def _to_decision(p: Plan, outcome: Outcome | object | None, fallback: bool) -> D
     retry = 0.0
     if not allowed or shadow:
         retry = math.inf if outcome.retry_after is None else outcome.retry_after / 1e6
+    capacity = not allowed and bind >= len(p.limits) and p.slots[bind - len(p.limits)].limit.capacity
     return Decision(allowed=allowed, retry_after=0.0 if allowed else retry, remaining=least,
                     limit=states[bind].name, policy=name, cost=cost, shadow=shadow, fallback=fallback,
                     reset_after=states[bind].reset_after, would_retry_after=retry if shadow else 0.0,
-                    limits=states, descriptors=descriptors, waited=outcome.waited / 1e6)
+                    limits=states, descriptors=descriptors, waited=outcome.waited / 1e6,
+                    capacity=capacity, slots=outcome.slots)

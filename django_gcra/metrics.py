@@ -3,7 +3,9 @@
 Labels are bounded by configuration, never by traffic: policy, limit and outcome names
 come from settings, so no key, tenant or user ever becomes a label. Fallback decisions
 (the store was unreachable) are counted apart, so failing open never looks like
-healthy traffic.
+healthy traffic. Concurrency slots (per process: held now, and since start acquired,
+released, refused, expired by ttl, abandoned, release failures) are read from
+``backends.slots.stats`` when scraped.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .backends.slots import stats as slot_stats
 from .decision import Decision
 
 __all__ = ["AVAILABLE", "OUTCOMES", "on_decision", "outcome_of"]
@@ -67,6 +70,36 @@ if AVAILABLE:
                               "Audit flushes that failed to write (their rows are lost).", ())
     AUDIT_DROPPED = _counter("django_gcra_audit_dropped_total",
                              "Audit records dropped because the in-memory buffer was full or a write failed.", ())
+
+
+SLOT_COUNTERS = {
+    "acquired": "Concurrency slots taken by allowed decisions.",
+    "released": "Concurrency slots released (by the surfaces, release(), or when a forgotten decision was collected).",
+    "refused": "Decisions refused because a concurrency limit was full.",
+    "expired": "Concurrency slots found expired by ttl (their holder died or stopped extending them).",
+    "abandoned": "Concurrency slots of decisions collected without release() (released then).",
+    "release_failures": "Concurrency slot releases that failed to reach the store (freed by their ttl).",
+}
+
+
+class SlotCollector:
+    """This process's concurrency slots, read at scrape time."""
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        snap = slot_stats.snapshot()
+        yield GaugeMetricFamily("django_gcra_concurrency_slots_held", "Concurrency slots this process holds now.",
+                                value=snap["held"])
+        for name, doc in SLOT_COUNTERS.items():
+            yield CounterMetricFamily(f"django_gcra_concurrency_slots_{name}", doc, value=snap[name])
+
+
+if AVAILABLE:
+    try:
+        prometheus_client.REGISTRY.register(SlotCollector())
+    except ValueError:  # a second import of this module: the first one's collector is registered
+        pass
 
 
 _children: dict[tuple[str, str, str], Any] = {}

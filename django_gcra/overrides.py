@@ -27,7 +27,7 @@ from typing import Any
 from django.db import close_old_connections, connections, transaction
 
 from .conf import get_settings, on_change
-from .policy import Limit, Policy, log_problem, span_problem
+from .policy import MAX_CONCURRENCY, Concurrency, Limit, Policy, log_problem, span_problem
 from .rates import Rate, parse_rate
 from .store import cache_connection, read_guarded
 
@@ -156,7 +156,8 @@ def load_index() -> Index:
     from .models import LimitOverride
 
     policies = get_settings().policies
-    limits = {(p.name, lim.name): lim for p in policies.values() for lim in p.limits}
+    limits: dict[tuple[str, str], Limit | Concurrency] = {
+        (p.name, lim.name): lim for p in policies.values() for lim in p.every_limit}
     rows = LimitOverride.objects.in_force().order_by("-updated_at", "-pk")
     shapes: dict[tuple[str, str], dict[tuple[str, ...], dict[tuple[str, ...], list[Compiled]]]] = {}
     for row in rows:
@@ -179,10 +180,16 @@ def load_index() -> Index:
     return index
 
 
-def _check_effect(limit: Limit, rate: Rate | None, burst: int | None) -> None:
+def _check_effect(limit: Limit | Concurrency, rate: Rate | None, burst: int | None) -> None:
     """``ValueError`` when an override's rate and burst cannot be run (whatever wrote the row)."""
     if burst is not None and burst < 1:
         raise ValueError(f"burst {burst} is below 1")
+    if isinstance(limit, Concurrency):  # its burst is the max; it has no rate
+        if rate is not None:
+            raise ValueError("a concurrency limit has no rate (an override may change its max: the burst field)")
+        if burst is not None and burst > MAX_CONCURRENCY:
+            raise ValueError(f"max {burst} is above {MAX_CONCURRENCY}")
+        return
     if limit.sliding:
         if burst is not None:
             raise ValueError(f"a {limit.algorithm} limit takes no burst (an override may change its rate: N and "

@@ -13,14 +13,14 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from . import overrides, regions
-from .algorithm import ALGORITHMS, SLIDING_LOG, SLIDING_WINDOW
+from .algorithm import ALGORITHMS, CONCURRENCY, SLIDING_LOG, SLIDING_WINDOW
 from .backends import LimitSpec
 from .conf import get_settings, on_change
 from .keys import build_key, escape
-from .policy import Limit, Policy
+from .policy import Concurrency, Limit, Policy
 from .rates import Rate
 
-__all__ = ["Plan", "PlanMemo", "PlannedLimit", "get_policy", "plan"]
+__all__ = ["Plan", "PlanMemo", "PlannedLimit", "PlannedSlot", "get_policy", "plan"]
 
 
 def get_policy(policy: str | Policy) -> Policy:
@@ -45,8 +45,17 @@ class PlannedLimit(NamedTuple):
     mode: str  # enforce | shadow
 
 
+class PlannedSlot(NamedTuple):
+    """One concurrency limit as it applies to one request: its max and mode in force."""
+
+    limit: Concurrency
+    max: int
+    mode: str  # enforce | shadow
+
+
 class Plan(NamedTuple):
-    """What one decision will ask of the backend."""
+    """What one decision will ask of the backend: the rate limits' specs first, then the
+    concurrency limits' (``slots``)."""
 
     policy: Policy
     cost: int
@@ -54,6 +63,7 @@ class Plan(NamedTuple):
     specs: tuple[LimitSpec, ...]
     descriptors: Mapping[str, str]
     counted: tuple[int, ...] = ()  # the limits a client is told about: the enforced ones, else all
+    slots: tuple[PlannedSlot, ...] = ()  # the concurrency limits, after the rate limits in specs
 
 
 class PlanMemo:
@@ -88,7 +98,7 @@ class PlanMemo:
 
 # A sliding limit's key names its algorithm ("~" is never in a limit name), so a limit whose
 # algorithm is changed never meets the other algorithm's state under its name.
-KEY_SUFFIX = {SLIDING_LOG: "~log", SLIDING_WINDOW: "~win"}
+KEY_SUFFIX = {SLIDING_LOG: "~log", SLIDING_WINDOW: "~win", CONCURRENCY: "~conc"}
 
 _plans = PlanMemo()
 on_change(_plans.clear)
@@ -164,8 +174,26 @@ def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, i
             interval, spec_burst = regions.scale(rate.interval, burst, share)
             specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), interval, spec_burst,
                                    mode == "enforce"))
-    counted = tuple(i for i, pl in enumerate(planned) if pl.mode == "enforce") or tuple(range(len(planned)))
-    return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted)
+    slots = []
+    for conc in pol.concurrency:
+        try:
+            parts = [escaped[d] for d in conc.key]
+        except KeyError:
+            continue  # a descriptor missing for this request skips the limit, as for a rate limit
+        most, mode = conc.max, pol.mode_of(conc)
+        if overridden:  # an override's burst is a concurrency limit's max
+            found = overrides.find(index, pol.name, conc.name, values, time.time())
+            if found is not None:
+                if found.mode == "off":
+                    continue
+                most, mode = found.burst or most, found.mode
+        slots.append(PlannedSlot(conc, most, mode))
+        ttl = round(conc.ttl * 1_000_000)
+        specs.append(LimitSpec(build_key(prefix, shard, pol.name, conc.name + KEY_SUFFIX[CONCURRENCY], parts),
+                               ttl, most, mode == "enforce", CONCURRENCY, ttl))
+    every = [pl.mode for pl in planned] + [ps.mode for ps in slots]
+    counted = tuple(i for i, m in enumerate(every) if m == "enforce") or tuple(range(len(every)))
+    return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted, tuple(slots))
 
 
 def _rate(limit: Limit, tier: str | None) -> Rate:

@@ -19,14 +19,20 @@ from .codes import Codes, Problem
 from .rates import Rate, parse_rate
 from .validation import is_int, is_number
 
-__all__ = ["BUILTIN_DESCRIPTORS", "Lease", "Limit", "Policy", "Problem", "build_policy", "parse_policy"]
+__all__ = ["BUILTIN_DESCRIPTORS", "Concurrency", "Lease", "Limit", "Policy", "Problem", "build_policy",
+           "parse_policy"]
 
 BUILTIN_DESCRIPTORS = frozenset({"ip", "user", "method", "route"})
 HEADER_PREFIX = "header:"
 ON_FAILURE = ("open", "closed", "local")
 MODES = ("enforce", "shadow")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-POLICY_KEYS = frozenset({"limits", "on_failure", "mode", "lease", "shard", "budget"})
+POLICY_KEYS = frozenset({"limits", "concurrency", "on_failure", "mode", "lease", "shard", "budget"})
+CONCURRENCY_KEYS = frozenset({"name", "key", "max", "ttl", "mode"})
+# A slot's ttl, in seconds: at least 1 (the heartbeat extends held slots every ttl / 3 from a
+# background thread, so shorter would race a busy process), at most a day.
+MIN_SLOT_TTL, MAX_SLOT_TTL = 1.0, 86400.0
+MAX_CONCURRENCY = 100_000  # slots of one key: one ZSET entry each
 LIMIT_KEYS = frozenset({"name", "key", "rate", "burst", "fallback_rate", "mode", "algorithm"})
 ALGORITHM_NAMES = tuple(ALGORITHMS)  # gcra (the default), sliding_log, sliding_window
 SLIDING = ("sliding_log", "sliding_window")
@@ -85,6 +91,22 @@ class Limit:
 
 
 @dataclass(frozen=True)
+class Concurrency:
+    """A concurrency limit: at most ``max`` decisions of one key hold a slot at once; a slot
+    not released is free again ``ttl`` seconds after its holder last extended it."""
+
+    name: str
+    key: tuple[str, ...]  # () protects capacity (one key for everyone): a full limit answers 503
+    max: int
+    ttl: float
+    mode: str = "enforce"
+
+    @property
+    def capacity(self) -> bool:
+        return not self.key
+
+
+@dataclass(frozen=True)
 class Lease:
     size: int
     ttl: float
@@ -102,8 +124,14 @@ class Policy:
     descriptors: frozenset[str] = field(default=frozenset())  # every descriptor the limits use
     cache_alias: str | None = None  # the django-redis alias deciding it; None: CACHE_ALIAS (policies built in code)
     budget: Budget | None = None  # multi-region budget (budgets.py); None: the default, shared with REGIONS
+    concurrency: tuple[Concurrency, ...] = ()  # concurrency limits, decided in the same script call
 
-    def mode_of(self, limit: Limit) -> str:
+    @property
+    def every_limit(self) -> tuple[Limit | Concurrency, ...]:
+        """The rate limits, then the concurrency limits."""
+        return (*self.limits, *self.concurrency)
+
+    def mode_of(self, limit: Limit | Concurrency) -> str:
         """The limit's effective mode as configured: shadow if the policy or the limit is."""
         return "shadow" if self.mode == "shadow" or limit.mode == "shadow" else "enforce"
 
@@ -128,28 +156,104 @@ def parse_policy(name: str, raw: Any, custom: Mapping[str, Any], problems: list[
         return None
     _unknown_keys(where, raw, POLICY_KEYS, problems)
     raw_limits = raw.get("limits")
-    if not isinstance(raw_limits, (list, tuple)) or not raw_limits:
+    concurrency = _parse_concurrency(where, raw.get("concurrency"), custom, problems)
+    if concurrency is None:
+        return None
+    if raw_limits is None and concurrency:
+        raw_limits = []
+    if not isinstance(raw_limits, (list, tuple)) or not (raw_limits or concurrency):
         problems.append(Problem(Codes.NO_LIMITS, f"{where} has no limits.",
-                                "Give 'limits' as a non-empty list of limit dicts."))
+                                "Give 'limits' as a non-empty list of limit dicts (or 'concurrency')."))
         return None
     limits = []
     for index, raw_limit in enumerate(raw_limits):
         limit = _parse_limit(f"{where}['limits'][{index}]", raw_limit, custom, problems)
         if limit is not None:
             limits.append(limit)
-    names = [limit.name for limit in limits]
+    names = [limit.name for limit in limits] + [c.name for c in concurrency]
     for dup in sorted({n for n in names if names.count(n) > 1}):
         problems.append(Problem(Codes.DUPLICATE_LIMIT, f"{where} has more than one limit named {dup!r}."))
     on_failure = _choice(where, raw, "on_failure", ON_FAILURE, "open", problems)
     mode = _choice(where, raw, "mode", MODES, "enforce", problems)
     lease = _parse_lease(where, raw.get("lease"), problems)
     problems += _lease_problems(where, lease, limits, mode)
+    if lease is not None and concurrency:
+        problems.append(Problem(Codes.CONCURRENCY_LEASE, f"{where} leases a policy with concurrency limits.",
+                                "A lease serves decisions from local memory, so they would take no slot: "
+                                "remove the lease, or move the concurrency limits to a policy of their own."))
+    if concurrency and on_failure == "local" and any(c.capacity for c in concurrency):
+        problems.append(Problem(Codes.CONCURRENCY_LOCAL_GLOBAL, f"{where} fails over to on_failure='local' with a "
+                                "concurrency limit of key [].", "While the store is down each process admits "
+                                "'max' requests of its own (a per-process semaphore), so the service admits "
+                                "max x processes in all: lower 'max' or use on_failure 'closed' if that is "
+                                "too many."))
     if len(limits) != len(raw_limits):
         return None
-    used = frozenset(d for limit in limits for d in limit.key)
-    shard = _parse_shard(where, raw, limits, problems)
+    every: list[Limit | Concurrency] = [*limits, *concurrency]
+    used = frozenset(d for limit in every for d in limit.key)
+    shard = _parse_shard(where, raw, every, problems)
     budget = parse_budget(where, raw.get("budget"), problems)
-    return Policy(name, tuple(limits), on_failure, mode, lease, shard, used, budget=budget)
+    return Policy(name, tuple(limits), on_failure, mode, lease, shard, used, budget=budget,
+                  concurrency=tuple(concurrency))
+
+
+def _parse_concurrency(where: str, raw: Any, custom: Mapping[str, Any],
+                       problems: list[Problem]) -> list[Concurrency] | None:
+    """The policy's concurrency limits ([] when none); None when any is unusable (E090-E093)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, (list, tuple)) or not raw:
+        problems.append(Problem(Codes.BAD_CONCURRENCY, f"{where}['concurrency'] must be a non-empty list of dicts.",
+                                'e.g. [{"name": "running", "key": ["tenant"], "max": 2, "ttl": 60}]'))
+        return None
+    found: list[Concurrency] = []
+    for index, item in enumerate(raw):
+        label = f"{where}['concurrency'][{index}]"
+        if not isinstance(item, Mapping):
+            problems.append(Problem(Codes.BAD_CONCURRENCY, f"{label} must be a dict."))
+            continue
+        _unknown_keys(label, item, CONCURRENCY_KEYS, problems)
+        ok = True
+        name = item.get("name")
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            problems.append(Problem(Codes.BAD_NAME, f"{label} has an invalid name {name!r}.",
+                                    "Use 1-64 letters, digits, '_', '.' or '-'."))
+            ok = False
+        key = item.get("key")
+        if isinstance(key, str):
+            key = [key]
+        if not isinstance(key, (list, tuple)) or not all(isinstance(k, str) for k in key):
+            problems.append(Problem(Codes.BAD_CONCURRENCY_KEY, f"{label} needs 'key': a list of descriptor names.",
+                                    "[] protects capacity (one limit for everyone, 503 when full); "
+                                    "['tenant'] limits each tenant (429 when full)."))
+            ok = False
+        else:
+            for descriptor in key:
+                if not is_known_descriptor(descriptor, custom):
+                    problems.append(Problem(
+                        Codes.BAD_CONCURRENCY_KEY, f"{label} uses unknown descriptor {descriptor!r}.",
+                        "Use ip, user, method, route, header:<Name>, or a name from DJANGO_GCRA['DESCRIPTORS']."))
+                    ok = False
+            if len(set(key)) != len(key):
+                problems.append(Problem(Codes.BAD_CONCURRENCY_KEY, f"{label} names a descriptor twice in 'key'."))
+                ok = False
+        most = item.get("max")
+        if not is_int(most, 1, MAX_CONCURRENCY):
+            problems.append(Problem(Codes.BAD_CONCURRENCY_MAX, f"{label} has max {most!r}.",
+                                    f"Give the requests one key may have in flight: an int from 1 to "
+                                    f"{MAX_CONCURRENCY:,}."))
+            ok = False
+        ttl = item.get("ttl", 60)
+        if not is_number(ttl, MIN_SLOT_TTL, maximum=MAX_SLOT_TTL):
+            problems.append(Problem(Codes.BAD_CONCURRENCY_TTL, f"{label} has ttl {ttl!r}.",
+                                    f"Give the seconds after which a slot whose holder died is free again: "
+                                    f"a number from {MIN_SLOT_TTL:g} to {MAX_SLOT_TTL:g} (held slots are "
+                                    "extended while their request runs, so a short ttl is safe)."))
+            ok = False
+        mode = _choice(label, item, "mode", MODES, "enforce", problems)
+        if ok:
+            found.append(Concurrency(str(name), tuple(key), int(most), float(ttl), mode))  # type: ignore[arg-type]
+    return found if len(found) == len(raw) else None
 
 
 def build_policy(name: str, raw: Any, custom: Mapping[str, Any], where: str) -> Policy:
@@ -313,11 +417,12 @@ def _lease_problems(where: str, lease: Lease | None, limits: list[Limit], mode: 
     return problems
 
 
-def _parse_shard(where: str, raw: Mapping[str, Any], limits: list[Limit], problems: list[Problem]) -> str | None:
+def _parse_shard(where: str, raw: Mapping[str, Any], limits: list[Limit | Concurrency],
+                 problems: list[Problem]) -> str | None:
     common = [d for d in limits[0].key if all(d in limit.key for limit in limits)]
     shard = raw.get("shard")
     if shard is None:
-        if not common:
+        if not common and any(limit.key for limit in limits):  # (key [] only: one key per limit anyway)
             problems.append(Problem(
                 Codes.ONE_SLOT, f"{where}: no descriptor is common to every limit, so all its keys share one "
                 "Redis Cluster slot (hash tag: the policy name).",

@@ -110,15 +110,19 @@ def max_wait_problems(policy: Policy, max_wait: Any, where: str) -> list[Problem
     """What is wrong with waiting up to ``max_wait`` seconds on ``policy``: not a finite
     number >= 0 (E100); longer than every enforcing GCRA limit's period times its burst
     (E101: such a queue outlives the limit's own horizon); set on a policy that can never
-    wait, every enforcing limit being sliding (W100)."""
+    wait, every enforcing limit being sliding, or one a concurrency limit (W100)."""
     problem = max_wait_problem(max_wait)
     if problem:
         return [Problem(Codes.BAD_MAX_WAIT, f"{where}: max_wait {problem}.",
                         "Give the seconds a caller may wait for its slot (0: never wait).")]
     enforcing = [lim for lim in policy.limits if policy.mode_of(lim) == "enforce"]
     shaped = [lim for lim in enforcing if lim.algorithm == "gcra"]
-    if not max_wait or not enforcing:
+    if not max_wait or not (enforcing or policy.concurrency):
         return []
+    if any(policy.mode_of(c) == "enforce" for c in policy.concurrency):
+        return [Problem(Codes.MAX_WAIT_NEVER_WAITS, f"{where}: max_wait={max_wait!r} has no effect: policy "
+                        f"{policy.name!r} has concurrency limits, and a decision holding slots never waits.",
+                        "Wait on a policy of rate limits only, or drop max_wait.")]
     if not shaped:
         return [Problem(Codes.MAX_WAIT_NEVER_WAITS, f"{where}: max_wait={max_wait!r} has no effect: policy "
                         f"{policy.name!r} has only sliding limits, and a sliding limit never makes a caller wait.",

@@ -20,7 +20,10 @@ Quota headers: ``allow_request`` puts them in the view's ``headers``, which DRF'
 throttles on a view they name the binding limit (on a denial the longest wait, which
 is DRF's ``Retry-After``; otherwise the least remaining) and ``RateLimit-Policy`` lists
 the limits of every throttle evaluated. A cost above the burst raises ``Throttled``
-without a wait, and a ``closed`` policy whose store is unreachable raises a 503.
+without a wait, and a ``closed`` policy whose store is unreachable raises a 503, as does
+a full concurrency limit of ``key: []`` (``PolicyThrottle`` on a policy with
+``concurrency``: its slots are released when the response is closed, or when the view
+raises an exception DRF does not turn into a response).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from .http import denial_message, denial_status, retry_after_header
 from .identity import client_ip, descriptor_names, descriptors_for, normalise_ip
 from .limiter import decide, get_policy
 from .policy import Policy
+from .surface import release_when_done
 
 __all__ = [
     "GCRAAnonRateThrottle",
@@ -76,8 +80,8 @@ class RateLimitUnavailable(exceptions.APIException):
     default_detail = "Rate limiting is temporarily unavailable."
     default_code = "rate_limit_unavailable"
 
-    def __init__(self, wait: int) -> None:
-        super().__init__()
+    def __init__(self, wait: int, detail: str | None = None) -> None:
+        super().__init__(detail)
         self.wait = wait  # DRF's exception handler turns it into Retry-After
 
 
@@ -101,9 +105,12 @@ class GCRAThrottle(BaseThrottle):
 
     def _decide(self, request: Any, view: Any, policy: Policy | str, descriptors: Mapping[str, Any]) -> bool:
         self.decision = decision = decide(policy, descriptors, self.get_cost(request, view), request=request)
+        if decision.slots is not None:
+            _release_with(view, decision)
         self._publish(view, decision)
         if denial_status(decision) == 503:
-            raise RateLimitUnavailable(int(retry_after_header(decision.retry_after)))
+            raise RateLimitUnavailable(int(retry_after_header(decision.retry_after)),
+                                       denial_message(decision) if decision.capacity else None)
         if decision.allowed:
             return self.throttle_success()
         result = self.throttle_failure()
@@ -136,6 +143,29 @@ class GCRAThrottle(BaseThrottle):
         if self.decision is None or self.decision.allowed or self.decision.impossible:
             return None
         return self.decision.retry_after
+
+
+def _release_with(view: Any, decision: Decision) -> None:
+    """Release ``decision``'s slots with the response DRF finalizes (on close: streamed
+    bodies after their last chunk), or when the view raises past ``handle_exception``."""
+    if not hasattr(view, "__dict__") or not callable(getattr(view, "finalize_response", None)):
+        decision.release()  # no view to follow: the slot cannot outlive this call
+        return
+    finalize, handle = view.finalize_response, view.handle_exception
+
+    def finalize_response(request: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
+        view.finalize_response = finalize
+        response = finalize(request, response, *args, **kwargs)
+        return release_when_done(response, decision)
+
+    def handle_exception(exc: Exception) -> Any:
+        try:
+            return handle(exc)
+        except BaseException:
+            decision.release()
+            raise
+
+    view.finalize_response, view.handle_exception = finalize_response, handle_exception
 
 
 def _trusted_proxies_set() -> bool:

@@ -159,3 +159,33 @@ def test_slot_migrated_under_load(on_cluster: Cluster):
     # The migrated state is intact: every other tenant's user a is still out of burst.
     assert not any(decide("api", {"tenant": t, "user": "a"}).allowed for t in others)
     assert stats.total() == 0
+
+
+def test_concurrency_slots_on_a_cluster(on_cluster, gcra_settings):
+    """Rates and slots of one policy share a hash tag (one script call in one cluster slot);
+    the keeper's pipelined releases and heartbeats reach keys of every master."""
+    from django_gcra.backends import slots as slotmod
+    from django_gcra.store import store_backend
+
+    gcra_settings(DESCRIPTORS=DESCRIPTORS, POLICIES={
+        "conc": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "1000/h", "burst": 50}],
+                 "concurrency": [{"name": "running", "key": ["tenant"], "max": 1, "ttl": 1}],
+                 "on_failure": "closed"}})
+    slotmod.stats.reset()
+    tenants = [tenants_in_slots(range(lo, lo + 5000), 1, "c")[0] for lo in (0, 5600, 11000)]
+    assert len({on_cluster.owner(key_slot(t.encode())) for t in tenants}) == 3  # one tenant per master
+    held = [decide("conc", {"tenant": t}) for t in tenants]
+    assert all(d.allowed for d in held)
+    assert not any(decide("conc", {"tenant": t}).allowed for t in tenants)
+    time.sleep(1.5)  # more than a ttl: the heartbeat (one pipeline over three masters) kept them
+    assert not any(decide("conc", {"tenant": t}).allowed for t in tenants)
+    assert slotmod.stats.snapshot()["extend_failures"] == 0
+    for d in held:
+        d.release()
+    store_backend().keeper.flush()
+    again = [decide("conc", {"tenant": t}) for t in tenants]
+    assert all(d.allowed for d in again)
+    for d in again:
+        d.release()
+    store_backend().keeper.flush()
+    assert slotmod.stats.snapshot()["release_failures"] == 0

@@ -41,6 +41,8 @@ def shaped(real_redis, gcra_settings):
         "shadowed": {"limits": [{"name": "k", "key": ["tenant"], "rate": "10/s", "burst": 5},
                                 {"name": "watch", "key": ["tenant"], "rate": "1/m", "burst": 1, "mode": "shadow"}]},
         "log": {"limits": [{"name": "k", "key": ["tenant"], "rate": "1/s", "algorithm": "sliding_log"}]},
+        "held": {"limits": [{"name": "k", "key": ["tenant"], "rate": "1/s", "burst": 1}],
+                 "concurrency": [{"name": "c", "key": ["tenant"], "max": 5, "ttl": 30}]},
         "leased": {"limits": [{"name": "k", "key": ["tenant"], "rate": "10/s", "burst": 5}],
                    "lease": {"size": 2, "ttl": 1.0}},
     })
@@ -120,6 +122,18 @@ def test_sliding_limits_never_wait(shaped):
     decision = decide("log", d, max_wait=5)
     assert not decision.allowed and decision.waited == 0.0
     assert time.monotonic() - started < 0.5
+
+
+def test_a_policy_holding_slots_never_waits(shaped):
+    d = {"tenant": "h"}
+    first = decide("held", d)
+    assert first.allowed and first.slots is not None
+    started = time.monotonic()
+    decision = decide("held", d, max_wait=5)  # the rate denies; a wait would hold a slot idle
+    assert not decision.allowed and decision.waited == 0.0 and decision.slots is None
+    assert decision.limit == "k" and decision.retry_after > 0
+    assert time.monotonic() - started < 0.5
+    first.release()
 
 
 def test_leases_serve_what_they_hold_and_wait_at_the_store(shaped):

@@ -21,6 +21,8 @@ class LimitSpec(NamedTuple):
     GCRA (``algorithm`` 0): ``interval`` us between units, ``burst`` units at once. The
     sliding log (1) and the weighted window (2): ``burst`` is N, the units admitted in
     any ``period`` us (``interval`` is then informative only: period / N, rounded up).
+    A concurrency limit (3): ``burst`` is its max, ``period`` (and ``interval``) its slots'
+    ttl in us; one slot per allowed decision, whatever the cost.
     """
 
     key: str
@@ -41,6 +43,7 @@ class Outcome(NamedTuple):
     reset_after: tuple[int, ...]  # us until each key is fully rested (sliding: until one more unit frees)
     granted: int | None = None  # take(): the units consumed (0 when denied)
     waited: int = 0  # us until the reserved slot (shaping: evaluate with max_wait); 0: admitted now
+    slots: Any = None  # slots.Slots: the concurrency slots an allowed decision holds (None: none)
 
     @property
     def allowed(self) -> bool:

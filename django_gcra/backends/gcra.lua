@@ -3,6 +3,8 @@
 -- ARGV[1]: cost (0 peeks); then per limit i: a, b, flag. flag = 2 * algorithm + enforce,
 --   enforce 1 | shadow 0: '1'/'0' GCRA (a = interval_us, b = burst); '3'/'2' the sliding
 --   log, '5'/'4' the weighted window (a = period_us, b = N, the units in any period).
+-- Concurrency limits (flag '7' enforce / '6' shadow; a = ttl_us, b = max): KEYS[i] is a ZSET
+--   of holder tokens scored by when each slot expires; ARGV[3n+4] is this decision's token.
 -- ARGV[3n+2] (optional): least. Present, the script takes as many units as every GCRA
 --   limit has free now, at most ARGV[1] and at least `least` (a lease refill), and
 --   appends the units it decided on to the reply.
@@ -11,11 +13,13 @@
 --   refill, never one with an enforcing sliding limit) is admitted for a future slot
 --   instead: every enforcing limit's TAT is pushed as for an admitted request and the
 --   wait is appended to the reply. Beyond max_wait_us it is denied as without it.
--- Returns {enforced, would, retry_us, binding, now_us, remaining_1, reset_us_1, ...[, cost][, waited_us]}
+-- Returns {enforced, would, retry_us, binding, now_us, remaining_1, reset_us_1, ...[, cost][, expired][, waited_us]}
 --   enforced: 1 allowed, 0 denied, -1 never satisfiable (cost > burst or N), by enforcing limits
 --   would:    the same over all limits, shadow ones included
 --   retry_us / binding: the largest retry among the denying limits (enforcing first), 1-based
 --   reset_us: GCRA, until the key is rested; sliding, until one more unit is free
+-- With concurrency limits, the reply ends with the number of slots found expired (their
+--   holders died or stopped extending them) and removed by this call.
 -- Writes every limit's state when all limits allow; only the enforcing limits' when just
 -- the shadow limits deny (the hypothetical denial consumes nothing); otherwise nothing.
 -- The sliding log is a ZSET of admission times (score, us), one entry per unit; the
@@ -28,11 +32,12 @@ local n = #KEYS
 -- The sliding algorithms' helpers are built only for a call that has such a limit, so a
 -- GCRA-only call (the hot path) pays nothing for them, and a log-only call nothing for
 -- the weighted window's.
-local has_log, has_win = false, false
+local has_log, has_win, has_conc = false, false, false
 for i = 1, n do
   local flag = ARGV[3 * i + 1]
   if flag ~= '1' and flag ~= '0' then
-    if flag == '3' or flag == '2' then has_log = true else has_win = true end
+    if flag == '7' or flag == '6' then has_conc = true
+    elseif flag == '3' or flag == '2' then has_log = true else has_win = true end
   end
 end
 local sliding = has_log or has_win
@@ -96,6 +101,10 @@ if least then
   end
   if cost < least then cost = least end
 end
+-- [concurrency] a slot per concurrency limit: held[i] is its count of live slots.
+local held, expired, token
+if has_conc then held, expired, token = {}, 0, ARGV[3 * n + 4] end
+-- [/concurrency]
 local tats, new_tats, slide = {}, {}, sliding and {}
 local enforced, would = 1, 1
 local e_retry, e_bind, s_retry, s_bind = -1, 0, -1, 0
@@ -124,6 +133,14 @@ for i = 1, n do
       else
         new_tats[i] = new_tat
       end
+    end
+  elseif has_conc and (flag == '7' or flag == '6') then  -- [concurrency]
+    enforce = flag == '7'
+    expired = expired + redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+    local count = redis.call('ZCARD', KEYS[i])
+    held[i] = count
+    if cost > 0 and count >= tonumber(ARGV[3 * i]) then
+      status, retry = 0, 1000000  -- a slot frees when a request ends: ask to retry in a second
     end
   else
     local f = tonumber(flag)
@@ -206,7 +223,17 @@ local result = {enforced, would, 0, 0, now}
 for i = 1, n do
   local flag = ARGV[3 * i + 1]
   local st = sliding and slide[i]
-  if not st then
+  if has_conc and held[i] then  -- [concurrency]
+    local count = held[i]
+    if enforced == 1 and cost > 0 and (would == 1 or flag == '7') then
+      local ttl = tonumber(ARGV[3 * i - 1])
+      redis.call('ZADD', KEYS[i], string.format('%.0f', now + ttl), token)
+      redis.call('PEXPIRE', KEYS[i], math.ceil(ttl / 1000) + 1000)
+      count = count + 1
+    end
+    result[4 + 2 * i] = math.max(0, tonumber(ARGV[3 * i]) - count)
+    result[5 + 2 * i] = 0
+  elseif not st then
     local stored = tats[i]
     if enforced == 1 and new_tats[i] and (would == 1 or flag == '1') then
       stored = new_tats[i]
@@ -275,5 +302,6 @@ end
 if retry >= 1e300 then retry = -1 end
 result[3], result[4] = retry, bind
 if least then result[6 + 2 * n] = cost end
+if has_conc then result[#result + 1] = expired end
 if max_wait then result[#result + 1] = waited end  -- [shaping]
 return result

@@ -25,12 +25,14 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ..algorithm import ALLOWED, GCRA, SLIDING_LOG
+from ..algorithm import ALLOWED, CONCURRENCY, GCRA, SLIDING_LOG
 from .base import Backend, BackendError, LimitSpec, Outcome
 from .breaker import CLOSED, CircuitBreaker
 from .clients import ConnectionSetUpFailed
 from .direct import evalsha
 from .multiplex import Multiplexer, multiplexer_for
+from .slots import SlotKeeper, new_token
+from .slots import stats as slot_stats
 
 # Errors that say the endpoint is unhealthy (and count towards its circuit breaker);
 # any other ResponseError is a problem with one call (a script or data error).
@@ -47,32 +49,42 @@ SCRIPT = files(__package__).joinpath("gcra.lua").read_text(encoding="utf-8")
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
 
 
-def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None, max_wait: int = 0) -> list[Any]:
+def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None, max_wait: int = 0,
+                token: str | None = None) -> list[Any]:
     """ARGV for the script: cost, then per limit interval, burst and enforce flag (GCRA),
-    or period, N and 2 * algorithm + enforce (the sliding ones); then ``least`` for a take
-    (as many units as fit, at most ``cost``, at least ``least``); then, shaping, ``max_wait``
-    (us a denied decision may wait for its own future slot)."""
+    or period, N and 2 * algorithm + enforce (the sliding ones; a concurrency limit's ttl
+    and max); then ``least`` for a take (as many units as fit, at most ``cost``, at least
+    ``least``); then, shaping, ``max_wait`` (us a denied decision may wait for its own
+    future slot); then, with concurrency limits, the holder ``token`` ('' fills a gap)."""
     args: list[Any] = [cost]
     for spec in specs:
         if spec.algorithm:
             args += (spec.period, spec.burst, 2 * spec.algorithm + (1 if spec.enforce else 0))
         else:
             args += (spec.interval, spec.burst, 1 if spec.enforce else 0)
-    if least is not None:
+    if token is not None or max_wait > 0:
+        args += ("" if least is None else least, max_wait if max_wait > 0 else "")
+        if token is not None:
+            args.append(token)
+    elif least is not None:
         args.append(least)
-    if max_wait > 0:
-        if least is None:
-            args.append("")
-        args.append(max_wait)
     return args
 
 
-def parse_reply(reply: Sequence[Any], take: bool = False, shaping: bool = False) -> Outcome:
+def concurrency_of(specs: Sequence[LimitSpec]) -> tuple[int, ...]:
+    """The indices of the concurrency limits among ``specs``."""
+    return tuple(i for i, s in enumerate(specs) if s.algorithm == CONCURRENCY)
+
+
+def parse_reply(reply: Sequence[Any], take: bool = False, shaping: bool = False,
+                concurrency: bool = False) -> Outcome:
     # Lua numbers arrive as Redis integer replies: Python ints already.
     enforced, would, retry, binding, now = reply[:5]
     rest = list(reply[5:])
-    granted = None
     waited = rest.pop() if shaping else 0  # the script appended the wait of a reservation
+    if concurrency:  # then, before it, the slots it found expired
+        slot_stats.add("expired", rest.pop())
+    granted = None
     if take:  # the script appended the units it decided on
         units = rest.pop()
         granted = units if enforced == ALLOWED else 0
@@ -126,6 +138,30 @@ class RedisBackend(Backend):
         self.get_client = get_client
         self.get_async_client = get_async_client
         self.breaker_of = breaker_of
+        self._keeper: SlotKeeper | None = None
+
+    @property
+    def keeper(self) -> SlotKeeper:
+        """Releases and extends this store's concurrency slots (a background thread, made once)."""
+        if self._keeper is None:
+            self._keeper = SlotKeeper(self.get_client)
+        return self._keeper
+
+    def _outcome(self, reply: Sequence[Any], specs: Sequence[LimitSpec], cost: int, least: int | None,
+                 max_wait: int, token: str | None) -> Outcome:
+        outcome = parse_reply(reply, least is not None, max_wait > 0, token is not None)
+        if token is None:
+            return outcome
+        conc = concurrency_of(specs)
+        if outcome.enforced != ALLOWED:
+            if any(outcome.binding == i for i in conc):
+                slot_stats.add("refused")
+            return outcome
+        if cost <= 0:
+            return outcome
+        keys = tuple(specs[i].key for i in conc)
+        ttls = tuple(specs[i].period for i in conc)
+        return outcome._replace(slots=self.keeper.acquired(keys, ttls, token))
 
     def _breaker(self, keys: Sequence[str]) -> CircuitBreaker | None:
         if self.breaker_of is None:
@@ -158,13 +194,14 @@ class RedisBackend(Backend):
     def _run(self, specs: Sequence[LimitSpec], cost: int, least: int | None, max_wait: int = 0) -> Outcome:
         keys = [s.key for s in specs]
         breaker = self._breaker(keys)
+        token = new_token() if any(s.algorithm == CONCURRENCY for s in specs) else None
         try:
-            reply = run_script(self.get_client(), keys, script_args(specs, cost, least, max_wait))
+            reply = run_script(self.get_client(), keys, script_args(specs, cost, least, max_wait, token))
         except _STORE_ERRORS as exc:
             raise self._failed(breaker, exc) from exc
         if breaker is not None:
             breaker.success()
-        return parse_reply(reply, least is not None, max_wait > 0)
+        return self._outcome(reply, specs, cost, least, max_wait, token)
 
     async def _arun(self, specs: Sequence[LimitSpec], cost: int, least: int | None, max_wait: int = 0) -> Outcome:
         keys = [s.key for s in specs]
@@ -178,11 +215,12 @@ class RedisBackend(Backend):
             return await super().atake(specs, cost, least)
         breaker = self._breaker(keys)
         mux = multiplexer_for(client)
+        token = new_token() if any(s.algorithm == CONCURRENCY for s in specs) else None
         try:
             if mux is None:
-                reply = await arun_script(client, keys, script_args(specs, cost, least, max_wait))
+                reply = await arun_script(client, keys, script_args(specs, cost, least, max_wait, token))
             else:
-                reply = await amux_script(mux, keys, script_args(specs, cost, least, max_wait))
+                reply = await amux_script(mux, keys, script_args(specs, cost, least, max_wait, token))
         except _STORE_ERRORS as exc:
             failed = self._failed(breaker, exc)
             if breaker is not None and breaker.state != CLOSED:  # decisions queued for a connection: now
@@ -195,7 +233,7 @@ class RedisBackend(Backend):
             raise failed from exc
         if breaker is not None:
             breaker.success()
-        return parse_reply(reply, least is not None, max_wait > 0)
+        return self._outcome(reply, specs, cost, least, max_wait, token)
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         try:

@@ -13,6 +13,8 @@ from django_gcra.decorators import ratelimit, waiting_views
 POLICIES = {
     "partner": {"limits": [{"name": "p", "key": ["ip"], "rate": "10/s", "burst": 5}]},  # horizon 1 s x 5
     "daily": {"limits": [{"name": "d", "key": ["ip"], "rate": "5/d", "algorithm": "sliding_log"}]},
+    "running": {"limits": [{"name": "p", "key": ["ip"], "rate": "10/s", "burst": 5}],
+                "concurrency": [{"name": "c", "key": ["ip"], "max": 2, "ttl": 30}]},
 }
 
 
@@ -55,6 +57,11 @@ def test_e101_and_w100_for_a_configured_policy_come_from_the_checks(gcra_setting
     assert ids(gcra_settings) == ["django_gcra.E101"]
     waiting_views.clear()
     ratelimit(policy="daily", max_wait=1.0)(view)
+    assert ids(gcra_settings) == ["django_gcra.W100"]
+
+
+def test_w100_a_policy_with_concurrency_limits_never_waits(gcra_settings):
+    ratelimit(policy="running", max_wait=1.0)(view)
     assert ids(gcra_settings) == ["django_gcra.W100"]
 
 
