@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from . import catalog
 from .audit import key_of
 from .conf import get_settings
 from .decision import Decision
@@ -72,7 +73,7 @@ class Tally:
         policy = decision.policy
         keyed: list[tuple[str, str, str]] = []
         if self.listed:
-            config = get_settings().policies.get(policy)
+            config = catalog.find(policy)
             for limit in config.limits if config else ():
                 listed = self.listed.get((policy, limit.name))
                 if listed:
@@ -93,7 +94,7 @@ class Tally:
             self._start()
 
     def _list(self, decision: Decision) -> None:
-        config = get_settings().policies.get(decision.policy)
+        config = catalog.find(decision.policy)
         limit = next((lim for lim in config.limits if lim.name == decision.limit), None) if config else None
         if limit is None:
             return

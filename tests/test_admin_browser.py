@@ -21,6 +21,7 @@ import pytest
 
 from django_gcra.models import AuditEvent, LimitOverride
 from django_gcra.overrides import cache
+from tests.plane_urls import INLINE_POLICY
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -69,6 +70,7 @@ def plane(real_redis, gcra_settings, settings, monkeypatch, django_user_model):
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.TIME_ZONE = "UTC"  # what the screenshots in the docs show
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"uploads": "4/m"}}
     gcra_settings(**GCRA)
     audit.recorder.buffer.clear()
     AuditEvent.objects.all().delete()  # what other tests' flushes may have left outside their transactions
@@ -193,6 +195,19 @@ def test_the_console_at_1280px_form_dashboard_report_and_lists(live_server, plan
 
         # The override form: policy, then that policy's limits; the configured value and the effect beside them.
         page.goto(f"{base}/admin/django_gcra/limitoverride/add/")
+        # Every limit of the plane: an inline @ratelimit limit and a DRF scope beside the settings policies.
+        policies = page.eval_on_selector_all("#id_policy option", "os => os.map(o => [o.value, o.innerText])")
+        assert [INLINE_POLICY, f"{INLINE_POLICY} (@ratelimit)"] in policies, policies
+        assert ["drf.uploads", "drf.uploads (DRF scope)"] in policies, policies
+        page.select_option("#id_policy", INLINE_POLICY)
+        visible = page.eval_on_selector_all("#id_limit optgroup:not([hidden]) option", "os => os.map(o => o.value)")
+        assert visible == ["view"]
+        assert page.inner_text("#gcra-configured") == "rate 3/m, burst 2, mode enforce (key: ip)"
+        page.select_option("#id_policy", "drf.uploads")
+        assert page.inner_text("#gcra-configured") == "rate 4/m, burst 4, mode enforce (key: cache_key+rate)"
+        page.fill("#id_burst", "8")
+        assert page.inner_text("#gcra-effective") == "rate 4/m, burst 8, mode enforce"
+        page.fill("#id_burst", "")
         page.select_option("#id_policy", "api")
         visible = page.eval_on_selector_all("#id_limit optgroup:not([hidden]) option", "os => os.map(o => o.value)")
         assert visible == ["tenant", "user"]
