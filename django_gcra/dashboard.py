@@ -1,8 +1,9 @@
 """The dashboard: per policy and limit, what the limiter decided over a period, drawn as inline SVG.
 
 Counts come from ``tally`` (every process's decisions, per limit, in Redis); the top keys
-from the audit trail, with what each has left now (peeked); the breaker and fallback state
-from this (the admin's) process.
+from the audit trail, and the keys near their quota from the tally's bounded sample of
+allowed decisions (see ``tally``), each with what it has left now (peeked); the breaker and
+fallback state from this (the admin's) process.
 """
 
 from __future__ import annotations
@@ -103,10 +104,13 @@ def _sum(raw: dict[tuple[str, str, str], list[int]], policy: str | None, limit: 
 
 def quota_now(row: dict[str, Any]) -> str:
     """What a listed key has left now on its limit, peeked (cost 0: nothing consumed, no
-    decision observed); one script call per key, for the few keys the page lists."""
+    decision observed); one script call per key, for the few keys the page lists. The
+    key's descriptors are the row's (a near-quota key) or its audit row's."""
     config = catalog.find(row["policy"])
-    found = (AuditEvent.objects.filter(policy=row["policy"], limit=row["limit"], key=row["key"])
-             .values_list("descriptors", flat=True).first())
+    found = row.get("descriptors")
+    if found is None:
+        found = (AuditEvent.objects.filter(policy=row["policy"], limit=row["limit"], key=row["key"])
+                 .values_list("descriptors", flat=True).first())
     if config is None or not isinstance(found, dict):
         return ""
     values: dict[str, Any] = {name: found.get(name) for name in config.descriptors}
@@ -132,6 +136,26 @@ def _row(policy: str, limit: str, mode: str, rate: str, burst: str, overrides: i
     row.counts.update({name: sum(v) for name, v in series.items()})
     row.bars = stacked_bars(buckets, series, WIDTH / 3, SMALL_HEIGHT)
     return row
+
+
+def near_keys(since: float, now: float, error: str = "") -> list[dict[str, Any]]:
+    """Keys close to their limit but not denied in the period: the tally's sample (see
+    ``tally``), without the keys of the audit trail's period (those are *most limited*),
+    each peeked for what it has left now. At most 10."""
+    if error:
+        return []
+    try:
+        sampled = tally.read_near(since, now, count=tally.NEAR_KEPT)
+    except Exception:  # the counts above already say the store does not answer
+        return []
+    since_dt = datetime.datetime.fromtimestamp(since, datetime.timezone.utc)
+    audited = set(AuditEvent.objects.filter(time__gte=since_dt, key__in={r["key"] for r in sampled})
+                  .values_list("policy", "limit", "key"))
+    near = [r for r in sampled if (r["policy"], r["limit"], r["key"]) not in audited][:10]
+    for row in near:
+        row["used"] = f"{row['share'] * 100:.0f} %"
+        row["quota"] = quota_now(row)
+    return near
 
 
 def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[str, Any]:
@@ -170,6 +194,7 @@ def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[st
                .order_by("-total", "policy", "limit", "key")[:10])
     for row in top:
         row["quota"] = quota_now(row)
+    near = near_keys(since, now, error)
     state = fallback.status()
     return {
         "period": period, "periods": [(k, v[2]) for k, v in PERIODS.items()], "period_label": label,
@@ -178,6 +203,7 @@ def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[st
         "totals": {name: sum(v) for name, v in overall.items()},
         "bars": stacked_bars(buckets, overall, WIDTH, HEIGHT), "chart_width": WIDTH, "chart_height": HEIGHT,
         "small_width": WIDTH / 3, "small_height": SMALL_HEIGHT,
-        "top": top, "breakers": state["breakers"], "fallback": state["fallback"],
+        "top": top, "near": near, "near_share": round(tally.NEAR_SHARE * 100),
+        "breakers": state["breakers"], "fallback": state["fallback"],
         "process_totals": sorted(tally.tally.totals.items()), "now": timezone.now(),
     }
