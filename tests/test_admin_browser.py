@@ -191,6 +191,8 @@ def test_the_console_at_1280px_form_dashboard_report_and_lists(live_server, plan
         # Traffic: acme 3 requests (the 3rd refused), trial 5 (shadow override: 3 would-denies).
         assert [get_json(page, f"{base}/limited/?tenant=acme")[0] for _ in range(3)] == [200, 200, 429]
         assert [get_json(page, f"{base}/limited/?tenant=trial")[0] for _ in range(5)] == [200] * 5
+        # The inline limit (burst 2) used up but never denied: a key near its quota.
+        assert [get_json(page, f"{base}/inline/")[1]["remaining"] for _ in range(2)] == [1, 0]
         login(page, base)
 
         # The override form: policy, then that policy's limits; the configured value and the effect beside them.
@@ -245,6 +247,8 @@ def test_the_console_at_1280px_form_dashboard_report_and_lists(live_server, plan
         assert page.query_selector('tr[data-limit="api.user"] td.num a').inner_text() == "1"  # the override
         left = page.eval_on_selector_all("#dashboard-top td.quota", "ts => ts.map(t => t.innerText)")
         assert left and all(" of 2" in text for text in left), left  # browser.tenant's burst, peeked
+        near = page.eval_on_selector_all("#dashboard-near tbody tr", "rs => rs.map(r => r.innerText)")
+        assert any(INLINE_POLICY in text and "ip=127.0.0.1" in text and "100 %" in text for text in near), near
         page.wait_for_function("() => document.fonts.ready")
         page.screenshot(path=str(shots / "console-dashboard.png"), full_page=True)
         assert fits(page)
