@@ -1,0 +1,41 @@
+"""One style for every figure of the docs (``docs/img/*.png``), so each renders legibly.
+
+At a 1280 px window the docs' content column is about 750 CSS px wide (``docs/stylesheets``
+widens Material's grid; the navigation and the table of contents take the rest). A figure
+``WIDTH`` inches wide fills that column (images scale down to it), so one point of font
+renders at about 750 / (72 * WIDTH) = 1.39 px: the smallest text here (``SMALL``, 9 pt)
+renders at about 12.5 px, labels and titles larger. Panels are stacked, never side by
+side, so each gets the whole width. ``DPI`` keeps the PNGs sharp on high-density screens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+WIDTH = 7.5  # inches: the docs' content column at 1280 px
+DPI = 200
+SMALL, NORMAL, LARGE = 9, 11, 12  # points: tick and value labels, axis labels and legends, titles
+PANEL_HEIGHT = 3.4  # inches per stacked panel
+
+RC: dict[str, Any] = {
+    "font.size": NORMAL, "axes.titlesize": LARGE, "axes.labelsize": NORMAL, "xtick.labelsize": SMALL + 1,
+    "ytick.labelsize": SMALL + 1, "legend.fontsize": SMALL + 1, "figure.titlesize": LARGE,
+    "savefig.dpi": DPI, "figure.dpi": 100,
+}
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, with the docs' style applied."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(RC)
+    return plt
+
+
+def figure(panels: int = 1, height: float = PANEL_HEIGHT, **kwargs: Any) -> tuple[Any, Any]:
+    """A figure of ``panels`` stacked panels, ``WIDTH`` wide (``plt.subplots``'s return)."""
+    plt = pyplot()
+    return plt.subplots(panels, 1, figsize=(WIDTH, height * panels), **kwargs)
