@@ -1,11 +1,12 @@
 """One style for every figure of the docs (``docs/img/*.png``), so each renders legibly.
 
-At a 1280 px window the docs' content column is about 750 CSS px wide (``docs/stylesheets``
-widens Material's grid; the navigation and the table of contents take the rest). A figure
-``WIDTH`` inches wide fills that column (images scale down to it), so one point of font
-renders at about 750 / (72 * WIDTH) = 1.39 px: the smallest text here (``SMALL``, 9 pt)
-renders at about 12.5 px, labels and titles larger. Panels are stacked, never side by
-side, so each gets the whole width. ``DPI`` keeps the PNGs sharp on high-density screens.
+At a 1280 px window the docs' content column is about 1000 CSS px wide (mkdocs.yml puts
+the table of contents in the navigation; ``scripts/check_docs_site.py`` measures it). A
+figure ``WIDTH`` inches wide is drawn at ``DPI`` (1500 px), so it fills that column (images
+scale down to it) and one point of font renders at about 1000 / (72 * WIDTH) = 1.85 px:
+the smallest text here (``SMALL``, 9 pt) at about 16 px, and still 12.5 px in a 750 px
+column (a narrower window, or the old layout with a right-hand sidebar). Panels are
+stacked, never side by side, so each gets the whole width.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 
 Panels are stacked (``benchmarks.figstyle``: the docs' column width, legible labels).
 Where the measurement has rounds (decisions per second, latency percentiles), a bar is the
-median over the rounds and its whisker spans the slowest to the fastest round.
+median over the rounds and its whisker spans the middle half of the rounds (the 25th to
+the 75th percentile: on a shared machine the extremes are other jobs' stalls).
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ def _color(name: str) -> str:
 
 
 def _bars(ax, names, values, fmt, xlabel, title, rounds=None):
-    """Horizontal bars; with ``rounds`` (one list per bar) a min-max whisker each, and the
-    bar is the rounds' median."""
+    """Horizontal bars; with ``rounds`` (one list per bar) the bar is the rounds' median and
+    its whisker their interquartile range."""
     y = range(len(names))
     err = None
     if rounds is not None:
         values = [statistics.median(r) for r in rounds]
-        err = [[v - min(r) for v, r in zip(values, rounds, strict=True)],
-               [max(r) - v for v, r in zip(values, rounds, strict=True)]]
+        quartiles = [statistics.quantiles(r, n=4) if len(r) > 1 else [r[0], r[0], r[0]] for r in rounds]
+        err = [[v - q[0] for v, q in zip(values, quartiles, strict=True)],
+               [q[2] - v for v, q in zip(values, quartiles, strict=True)]]
     ax.barh(y, values, color=[_color(n) for n in names], xerr=err, error_kw={"ecolor": "#333333", "capsize": 3,
                                                                              "elinewidth": 1})
     ax.set_yticks(list(y), names)
@@ -52,7 +54,7 @@ def draw(r: dict, directory: str) -> list[str]:
     single, two = r["single"], r["two"]
     names = [s["name"] for s in single]
     n = r["config"]["rounds"]
-    spread = f"bars: median of {n} rounds; whiskers: slowest to fastest round"
+    spread = f"bars: median of {n} rounds; whiskers: 25th to 75th percentile of the rounds"
     paths = []
 
     def save(fig, name, note=""):
@@ -65,7 +67,7 @@ def draw(r: dict, directory: str) -> list[str]:
         paths.append(path)
 
     height = 0.34 * len(names) + 1.4
-    where = f"one redis-server {r['redis']} on loopback, one client thread"
+    where = "one client thread"
 
     def rounds_of(field):
         return [s.get(field) or [s[field.removesuffix("_rounds")]] for s in single]
@@ -90,7 +92,7 @@ def draw(r: dict, directory: str) -> list[str]:
           "p50 latency, hot key (lower is better)", rounds=p50)
     _bars(axes[1], names, [s["p99_us"] for s in single], "{:.0f} µs", "microseconds per decision",
           "p99 latency, hot key (lower is better)", rounds=p99)
-    save(fig, "peers-latency.png", f"{where}; bars: median of the {n} rounds' percentiles; whiskers: min to max")
+    save(fig, "peers-latency.png", f"bars: median of the {n} rounds' percentiles; whiskers: their 25th to 75th")
 
     fig, axes = figure(2, height=height)
     _bars(axes[0], names, [s["round_trips"] for s in single], "{:.2f}", "commands sent per decision",
