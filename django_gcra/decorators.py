@@ -35,6 +35,7 @@ from .validation import is_int
 
 __all__ = ["inline_policy", "ratelimit"]
 
+
 def _label(rate: str, burst: int | None, methods: frozenset[str] | None, algorithm: str = "gcra") -> str:
     """What tells stacked inline limits apart: the rate (and burst, a sliding algorithm and
     methods when given), e.g. ``10-per-1s``; the last part of the policy's name."""

@@ -10,6 +10,7 @@ from .http import quota_headers
 
 __all__ = ["DRF_UNITS", "combined_headers", "parse_drf_rate", "scope_name", "throttle_policy"]
 
+
 def combined_headers(decisions: list[Decision]) -> dict[str, str]:
     """The quota headers of several throttles' decisions on one request.
 
