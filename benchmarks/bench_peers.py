@@ -93,6 +93,10 @@ def measure(server, args) -> dict:
             "hot": timings[(k, "hot")].median, "many": timings[(k, "10k")].median,
             "cpu_us": timings[(k, "hot")].cpu_us,
             "p50_us": timings[(k, "hot")].percentile(50), "p99_us": timings[(k, "hot")].percentile(99),
+            # per round, for the figures' spread (min to max over the rounds)
+            "hot_rounds": timings[(k, "hot")].rates, "many_rounds": timings[(k, "10k")].rates,
+            "p50_rounds": timings[(k, "hot")].round_percentiles(50),
+            "p99_rounds": timings[(k, "hot")].round_percentiles(99),
             "gcra_over_this": ratio(gcra1, timings[(k, "hot")]),
             "round_trips": cmd1[k].round_trips, "server_commands": cmd1[k].server, "commands": cmd1[k].detail,
             "server_us": cmd1[k].server_us,
@@ -102,6 +106,7 @@ def measure(server, args) -> dict:
         } for k, c in single.items()],
         "two": [{
             "key": k, "name": c.name, "rate": timings[(k, "two")].median, "cpu_us": timings[(k, "two")].cpu_us,
+            "rate_rounds": timings[(k, "two")].rates,
             "gcra_over_this": ratio(gcra2, timings[(k, "two")]),
             "round_trips": cmd2[k].round_trips, "server_commands": cmd2[k].server, "commands": cmd2[k].detail,
             "server_us": cmd2[k].server_us,
@@ -179,8 +184,18 @@ def main() -> None:
     parser.add_argument("--cmd-ops", type=int, default=500, help="decisions counted for commands per decision")
     parser.add_argument("--mem-users", type=int, default=200, help="users averaged for memory per user")
     parser.add_argument("--img", default="docs/img", help="where to draw the plots ('' for none)")
-    parser.add_argument("--json", default="", help="also write the results to this file")
+    parser.add_argument("--json", default="benchmarks/results/peers.json",
+                        help="also write the results to this file ('' for none); the figures are drawn from it")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="measure nothing: redraw the figures from the results stored in --json")
     args = parser.parse_args()
+    if args.plot_only:
+        from .peers.plots import draw
+
+        with open(args.json) as stored:
+            for path in draw(json.load(stored), args.img):
+                print("drew", path)
+        return
 
     server = start_redis()
     try:
@@ -190,6 +205,7 @@ def main() -> None:
         server.stop()
     report(results)
     if args.json:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as out:
             json.dump(results, out, indent=1)
     if args.img:

@@ -190,8 +190,14 @@ def main() -> None:
     parser.add_argument("--refresh", type=float, default=0.1, help="refresh, seconds")
     parser.add_argument("--rtt", type=float, default=40.0, help="ms added between regions")
     parser.add_argument("--img", default="docs/img", help="where to draw the plot ('' for none)")
-    parser.add_argument("--json", default="", help="also write the results here")
+    parser.add_argument("--json", default="benchmarks/results/regions.json",
+                        help="where to write the results the plot is drawn from ('' for none)")
+    parser.add_argument("--plot-only", action="store_true", help="simulate nothing: redraw from --json")
     args = parser.parse_args()
+    if args.plot_only:
+        with open(args.json) as stored:
+            draw(json.load(stored), args.img)
+        return
 
     servers = {name: start_redis() for name in NAMES}
     proxied = {name: free_port() for name in ("us", "ap")}
@@ -236,6 +242,7 @@ def main() -> None:
             server.stop()
     report = analyse(results, start, args, latency, log)
     if args.json:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
     if args.img:
@@ -294,39 +301,42 @@ def analyse(results: list[dict], start: float, args: argparse.Namespace, latency
 
 
 def draw(report: dict, directory: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Four stacked panels (``benchmarks.figstyle``): per scenario, admitted per second
+    against the ideal, then the relative error. One simulated day, no rounds."""
+    from benchmarks.figstyle import figure
 
     os.makedirs(directory, exist_ok=True)
     colors = {"fixed": "#e0a040", "full": "#c0504d", "shared": "#2a7ab9", "home": "#6a9f58"}
-    fig, axes = plt.subplots(2, 2, figsize=(12, 7.5), sharex=True)
+    fig, axes = figure(4, height=2.9, sharex=True)
     hours = [i / BUCKETS_PER_HOUR for i in range(24 * BUCKETS_PER_HOUR)]
     for row, (scenario, data) in enumerate(report["scenarios"].items()):
-        ax, err = axes[row][0], axes[row][1]
+        ax, err = axes[2 * row], axes[2 * row + 1]
         scale = BUCKETS_PER_HOUR / report["config"]["hour"]  # admitted per bucket -> per second
         ax.plot(hours, [v * scale for v in data["ideal_series"]], color="black", lw=2, label="ideal global")
         for mode, m in data["modes"].items():
             ax.plot(hours, [v * scale for v in m["series"]], color=colors[mode], lw=1.2,
                     label=f"{mode} ({m['ratio']:.0%})")
             err.plot(hours, [(a - b) / max(1, b) for a, b in zip(m["series"], data["ideal_series"])],
-                     color=colors[mode], lw=1.2, label=f"{mode}: |error| {m['abs_error']:.1%} in total")
-        ax.set_title(f"{scenario}: admitted per second", fontsize=10)
-        err.set_title(f"{scenario}: (admitted - ideal) / ideal", fontsize=10)
+                     color=colors[mode], lw=1.2, label=f"{mode}: {m['abs_error']:.1%}")
+        ax.set_title(f"{scenario}: admitted per second")
+        err.set_title(f"{scenario}: (admitted - ideal) / ideal; total |error|")
         err.axhline(0, color="black", lw=0.8)
-        ax.legend(fontsize=7)
-        err.legend(fontsize=7)
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.45)  # room for the legend
+        low, high = err.get_ylim()
+        err.set_ylim(low, high + (high - low) * 0.45)
+        ax.legend(ncol=3, loc="upper left")
+        err.legend(ncol=4, loc="upper left")
         for a in (ax, err):
             a.grid(alpha=0.3)
-    for a in axes[1]:
-        a.set_xlabel("simulated hour")
+    axes[-1].set_xlabel("simulated hour")
     c = report["config"]
-    fig.suptitle(f"A day over three regions: limit {c['rate']}/s burst {c['burst']}, 1 h = {c['hour']:g} s, "
-                 f"rebalance every {c['interval']:g} s, +{c['rtt_ms']:g} ms between regions", fontsize=11)
+    fig.suptitle(f"A day over three regions: limit {c['rate']}/s burst {c['burst']}, 1 h = {c['hour']:g} s,\n"
+                 f"rebalance every {c['interval']:g} s, +{c['rtt_ms']:g} ms between regions")
     fig.tight_layout()
     path = os.path.join(directory, "regions-day.png")
-    fig.savefig(path, dpi=90)
+    fig.savefig(path)
+    import matplotlib.pyplot as plt
+
     plt.close(fig)
     print(f"\ndrew {path}")
     return path

@@ -19,6 +19,7 @@ Bounded: every phase is ``--seconds`` (plus settling) and at most 5000 requests.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -54,7 +55,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per load level")
     parser.add_argument("--plot", default="docs/img/shedding.png", help="where to write the figure ('' for none)")
+    parser.add_argument("--json", default="benchmarks/results/shedding.json",
+                        help="where to store the summary the figure is drawn from ('' for none)")
+    parser.add_argument("--plot-only", action="store_true", help="measure nothing: redraw from --json")
     args = parser.parse_args()
+    if args.plot_only:
+        with open(args.json) as stored:
+            summary = json.load(stored)
+        plot(summary, args.plot)
+        print(f"plot: {args.plot}")
+        return
     runs = {name: measure(mode, cap, args.seconds) for name, (mode, cap) in MODES.items()}
     slo = 2 * percentile(runs["none"][LEVELS[0]]["admitted"], 0.5) + 0.050
     print(f"view: 50 ms + 25 ms per request in flight; fixed cap {CAP}; SLO {slo * 1000:.0f} ms "
@@ -71,32 +81,43 @@ def main() -> None:
                   f"{len(row['shed']) / seconds:>6.1f} "
                   f"{(p99(row['shed']) * 1000 if row['shed'] else float('nan')):>10.1f} "
                   f"{row['limit'] if name != 'none' else '-':>5} {row['peak']:>4}")
+    summary = {"slo": slo, "cap": CAP, "seconds": args.seconds, "modes": {
+        name: {str(clients): {"p50": percentile(row["admitted"], 0.5), "p99": row["p99"], "goodput": row["goodput"],
+                              "admitted_per_s": len(row["admitted"]) / row["seconds"],
+                              "shed_per_s": len(row["shed"]) / row["seconds"], "limit": row["limit"],
+                              "peak": row["peak"]} for clients, row in levels.items()}
+        for name, levels in runs.items()}}
+    if args.json:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+        with open(args.json, "w") as out:
+            json.dump(summary, out, indent=1)
     if args.plot:
-        plot(runs, slo, args.plot)
+        plot(summary, args.plot)
         print(f"plot: {args.plot}")
 
 
-def plot(runs: dict, slo: float, path: str) -> None:
-    import matplotlib
+def plot(summary: dict, path: str) -> None:
+    """Two stacked panels (``benchmarks.figstyle``). One run per load level, no rounds: the
+    latency panel's whiskers span the admitted requests' p50 to their p99 (the line)."""
+    from benchmarks.figstyle import figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for name, levels in runs.items():
-        x = [clients / CAP for clients in levels]
-        left.plot(x, [row["p99"] * 1000 for row in levels.values()], marker="o", label=name)
-        right.plot(x, [row["goodput"] for row in levels.values()], marker="o", label=name)
-    left.axhline(slo * 1000, color="grey", linestyle="--", label="SLO")
-    left.set(xlabel="offered load (clients / fixed cap)", ylabel="p99 of admitted requests (ms)",
-             title="Latency of admitted requests")
-    right.set(xlabel="offered load (clients / fixed cap)", ylabel="admitted within the SLO per second",
-              title="Goodput")
-    for axis in (left, right):
+    fig, (top, bottom) = figure(2, height=3.3, sharex=True)
+    slo, cap = summary["slo"], summary["cap"]
+    for name, levels in summary["modes"].items():
+        x = [int(clients) / cap for clients in levels]
+        p99s = [row["p99"] * 1000 for row in levels.values()]
+        low = [p - row["p50"] * 1000 for p, row in zip(p99s, levels.values(), strict=True)]
+        top.errorbar(x, p99s, yerr=[low, [0] * len(low)], marker="o", capsize=3, label=name)
+        bottom.plot(x, [row["goodput"] for row in levels.values()], marker="o", label=name)
+    top.axhline(slo * 1000, color="grey", linestyle="--", label="SLO")
+    top.set(ylabel="ms", title="Latency of admitted requests: p99 (whisker down to p50)")
+    bottom.set(xlabel="offered load (clients / fixed cap)", ylabel="per second",
+               title="Goodput: admitted within the SLO")
+    for axis in (top, bottom):
         axis.grid(alpha=0.3)
         axis.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path)
 
 
 if __name__ == "__main__":

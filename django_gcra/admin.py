@@ -18,8 +18,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from . import overrides
-from .conf import get_settings
+from . import catalog, overrides
 from .dashboard import dashboard
 from .forms import LimitOverrideForm, configured
 from .models import AuditEvent, Dashboard, LimitOverride
@@ -75,7 +74,7 @@ def _bulk(description: str, **changes: Any) -> Any:
 
 
 def _configured_of(obj: LimitOverride) -> dict[str, Any] | None:
-    policy = get_settings().policies.get(obj.policy)
+    policy = catalog.find(obj.policy)
     limit = next((lim for lim in policy.limits if lim.name == obj.limit), None) if policy else None
     return configured(limit) if limit else None
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from django.db import close_old_connections
 
+from . import catalog
 from .conf import get_settings
 from .decision import Decision
 from .keys import escape
@@ -50,7 +51,7 @@ def key_of(descriptors: Mapping[str, str]) -> str:
 
 def _identifying(decision: Decision) -> dict[str, str]:
     """The descriptors of the binding limit's key: who was (or would have been) denied."""
-    policy = get_settings().policies.get(decision.policy)
+    policy = catalog.find(decision.policy)
     limit = next((lim for lim in policy.limits if lim.name == decision.limit), None) if policy else None
     names = limit.key if limit else decision.descriptors
     return {n: decision.descriptors[n] for n in names if n in decision.descriptors}

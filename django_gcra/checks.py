@@ -15,6 +15,7 @@ from django.core import checks
 from django.urls import URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
+from . import catalog
 from .codes import Codes, Problem
 from .conf import get_settings, problems
 from .decorators import waiting_view_problems
@@ -104,17 +105,19 @@ def _middleware() -> list[Problem]:
 
 @checks.register("django_gcra", checks.Tags.database)
 def check_overrides(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """Overrides naming a policy or limit that settings no longer define (they are ignored)."""
+    """Overrides naming a policy or limit the plane does not define (settings, the URLconf's
+    inline ``@ratelimit`` limits, DRF's scopes): they are ignored."""
     if not databases or "default" not in databases:
         return []
     from .models import LimitOverride
 
     try:
-        config = get_settings()
+        get_settings()
         rows = list(LimitOverride.objects.filter(enabled=True).values_list("pk", "policy", "limit"))
     except Exception:  # no table yet (before migrate), or settings in error (other checks say so)
         return []
-    known = {(p.name, lim.name) for p in config.policies.values() for lim in p.every_limit}
+    catalog.discover()  # a URLconf that fails to import is reported by Django's own URL checks
+    known = {(p.name, lim.name) for p in catalog.policies().values() for lim in p.every_limit}
     return [_message(Problem(Codes.STALE_OVERRIDE, f"LimitOverride {pk} overrides {policy}.{limit}, which is not "
                              "configured; it is ignored.", "Fix the override in the admin, or disable or delete it."))
             for pk, policy, limit in rows if (policy, limit) not in known]

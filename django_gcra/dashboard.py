@@ -1,8 +1,9 @@
 """The dashboard: per policy and limit, what the limiter decided over a period, drawn as inline SVG.
 
 Counts come from ``tally`` (every process's decisions, per limit, in Redis); the top keys
-from the audit trail, with what each has left now (peeked); the breaker and fallback state
-from this (the admin's) process.
+from the audit trail, and the keys near their quota from the tally's bounded sample of
+allowed decisions (see ``tally``), each with what it has left now (peeked); the breaker and
+fallback state from this (the admin's) process.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ from typing import Any
 from django.db.models import Sum
 from django.utils import timezone
 
-from . import fallback, tally
-from .conf import get_settings
-from .decorators import inline_limits
+from . import catalog, fallback, tally
 from .forms import configured
 from .limiter import backend_for, plan
 from .models import AuditEvent, LimitOverride
@@ -59,7 +58,7 @@ class Row:
     rate: str
     burst: str
     overrides: int
-    source: str = "settings"  # settings | inline (@ratelimit) | code (DRF throttles, policies built in code)
+    source: str = "settings"  # settings | inline (@ratelimit) | drf (a DRF scope) | code (a Policy built in code)
     counts: dict[str, int] = field(default_factory=dict)
     bars: list[Rect] = field(default_factory=list)
 
@@ -105,10 +104,13 @@ def _sum(raw: dict[tuple[str, str, str], list[int]], policy: str | None, limit: 
 
 def quota_now(row: dict[str, Any]) -> str:
     """What a listed key has left now on its limit, peeked (cost 0: nothing consumed, no
-    decision observed); one script call per key, for the few keys the page lists."""
-    config = get_settings().policies.get(row["policy"])
-    found = (AuditEvent.objects.filter(policy=row["policy"], limit=row["limit"], key=row["key"])
-             .values_list("descriptors", flat=True).first())
+    decision observed); one script call per key, for the few keys the page lists. The
+    key's descriptors are the row's (a near-quota key) or its audit row's."""
+    config = catalog.find(row["policy"])
+    found = row.get("descriptors")
+    if found is None:
+        found = (AuditEvent.objects.filter(policy=row["policy"], limit=row["limit"], key=row["key"])
+                 .values_list("descriptors", flat=True).first())
     if config is None or not isinstance(found, dict):
         return ""
     values: dict[str, Any] = {name: found.get(name) for name in config.descriptors}
@@ -123,6 +125,37 @@ def quota_now(row: dict[str, Any]) -> str:
     left, burst = outcome.remaining[index], p.limits[index].burst
     rested = outcome.reset_after[index] / 1e6
     return f"{left} of {burst}" + (f", full in {rested:.1f} s" if left < burst else "")
+
+
+def _row(policy: str, limit: str, mode: str, rate: str, burst: str, overrides: int, source: str,
+         raw: dict[tuple[str, str, str], list[int]], buckets: list[Any]) -> Row:
+    n = len(buckets)
+    row = Row(policy, limit, mode, rate, burst, overrides, source=source)
+    row.counts = {"seen": sum(_sum(raw, policy, limit, ("seen",), n))}
+    series = {name: _sum(raw, policy, limit, outcomes, n) for name, outcomes in SERIES}
+    row.counts.update({name: sum(v) for name, v in series.items()})
+    row.bars = stacked_bars(buckets, series, WIDTH / 3, SMALL_HEIGHT)
+    return row
+
+
+def near_keys(since: float, now: float, error: str = "") -> list[dict[str, Any]]:
+    """Keys close to their limit but not denied in the period: the tally's sample (see
+    ``tally``), without the keys of the audit trail's period (those are *most limited*),
+    each peeked for what it has left now. At most 10."""
+    if error:
+        return []
+    try:
+        sampled = tally.read_near(since, now, count=tally.NEAR_KEPT)
+    except Exception:  # the counts above already say the store does not answer
+        return []
+    since_dt = datetime.datetime.fromtimestamp(since, datetime.timezone.utc)
+    audited = set(AuditEvent.objects.filter(time__gte=since_dt, key__in={r["key"] for r in sampled})
+                  .values_list("policy", "limit", "key"))
+    near = [r for r in sampled if (r["policy"], r["limit"], r["key"]) not in audited][:10]
+    for row in near:
+        row["used"] = f"{row['share'] * 100:.0f} %"
+        row["quota"] = quota_now(row)
+    return near
 
 
 def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[str, Any]:
@@ -141,29 +174,19 @@ def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[st
     for policy_name, limit_name in LimitOverride.objects.in_force().values_list("policy", "limit"):
         in_force[(policy_name, limit_name)] = in_force.get((policy_name, limit_name), 0) + 1
     rows = []
-    for policy in get_settings().policies.values():
+    catalog.discover()  # the URLconf's inline limits and DRF's scopes, listed even before traffic
+    for policy in catalog.policies().values():
         for limit in policy.limits:
             values = configured(limit)
             rate = ", ".join(r if not t else f"{t}: {r}" for t, r in values["rates"].items())
             burst = values["burst"] if values["burst"] is not None else values["burst_default"]
-            row = Row(policy.name, limit.name, policy.mode_of(limit), rate, "" if burst is None else str(burst),
-                      in_force.get((policy.name, limit.name), 0))
-            row.counts = {"seen": sum(_sum(raw, policy.name, limit.name, ("seen",), n))}
-            series = {name: _sum(raw, policy.name, limit.name, outcomes, n) for name, outcomes in SERIES}
-            row.counts.update({name: sum(v) for name, v in series.items()})
-            row.bars = stacked_bars(buckets, series, WIDTH / 3, SMALL_HEIGHT)
-            rows.append(row)
-    # Limits decided but not in POLICIES: inline @ratelimit limits, DRF throttles, policies built in code.
+            rows.append(_row(policy.name, limit.name, policy.mode_of(limit), rate,
+                             "" if burst is None else str(burst), in_force.get((policy.name, limit.name), 0),
+                             catalog.origin(policy.name), raw, buckets))
+    # Limits decided but in no list: policies built in code by other means (a Policy passed to decide()).
     shown = {(r.policy, r.limit) for r in rows}
     for policy_name, limit_name in sorted({(p, lim) for p, lim, _ in raw if lim and (p, lim) not in shown}):
-        inline = inline_limits.get(policy_name)
-        row = Row(policy_name, limit_name, inline[3] if inline else "", inline[1] if inline else "",
-                  "" if not inline or inline[2] is None else str(inline[2]), 0, source="inline" if inline else "code")
-        row.counts = {"seen": sum(_sum(raw, policy_name, limit_name, ("seen",), n))}
-        series = {name: _sum(raw, policy_name, limit_name, outcomes, n) for name, outcomes in SERIES}
-        row.counts.update({name: sum(v) for name, v in series.items()})
-        row.bars = stacked_bars(buckets, series, WIDTH / 3, SMALL_HEIGHT)
-        rows.append(row)
+        rows.append(_row(policy_name, limit_name, "", "", "", 0, "code", raw, buckets))
     overall = {name: _sum(raw, None, None, outcomes, n) for name, outcomes in SERIES}
     since_dt = datetime.datetime.fromtimestamp(since, datetime.timezone.utc)
     top = list(AuditEvent.objects.filter(time__gte=since_dt)
@@ -171,6 +194,7 @@ def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[st
                .order_by("-total", "policy", "limit", "key")[:10])
     for row in top:
         row["quota"] = quota_now(row)
+    near = near_keys(since, now, error)
     state = fallback.status()
     return {
         "period": period, "periods": [(k, v[2]) for k, v in PERIODS.items()], "period_label": label,
@@ -179,6 +203,7 @@ def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[st
         "totals": {name: sum(v) for name, v in overall.items()},
         "bars": stacked_bars(buckets, overall, WIDTH, HEIGHT), "chart_width": WIDTH, "chart_height": HEIGHT,
         "small_width": WIDTH / 3, "small_height": SMALL_HEIGHT,
-        "top": top, "breakers": state["breakers"], "fallback": state["fallback"],
+        "top": top, "near": near, "near_share": round(tally.NEAR_SHARE * 100),
+        "breakers": state["breakers"], "fallback": state["fallback"],
         "process_totals": sorted(tally.tally.totals.items()), "now": timezone.now(),
     }

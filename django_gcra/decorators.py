@@ -33,36 +33,17 @@ from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
+from .catalog import inline_policy, register_inline
 from .codes import Problem
-from .conf import get_settings, on_change
+from .conf import get_settings
 from .plan import get_policy
-from .policy import Policy, build_policy
+from .policy import Policy
 from .rates import parse_rate
 from .shaping import max_wait_problems
 from .surface import adecide_request, arespond, cost_of, decide_request, not_limited, respond
 from .validation import is_int, max_wait_problem
 
-__all__ = ["inline_limits", "ratelimit", "waiting_view_problems", "waiting_views"]
-
-#: Every inline ``@ratelimit`` limit decorated in this process, by policy name: the
-#: arguments of ``inline_policy`` (the policy plane lists them and lets overrides target them).
-inline_limits: dict[str, tuple[tuple[str, ...], str, int | None, str, str]] = {}
-
-
-@functools.lru_cache(maxsize=1024)
-def inline_policy(name: str, key: tuple[str, ...], rate: str, burst: int | None, mode: str,
-                  on_failure: str, algorithm: str = "gcra") -> Policy:
-    """A one-limit Policy (its limit is named ``view``), validated by the settings parser;
-    ImproperlyConfigured if bad."""
-    limit: dict[str, Any] = {"name": "view", "key": list(key), "rate": rate, "algorithm": algorithm}
-    if burst is not None or algorithm == "gcra":
-        limit["burst"] = burst
-    raw = {"limits": [limit], "mode": mode, "on_failure": on_failure}
-    where = f"@ratelimit(key={list(key)!r}, rate={rate!r}, burst={burst!r}, algorithm={algorithm!r})"
-    return build_policy(name, raw, get_settings().descriptors, where)
-
-
-on_change(inline_policy.cache_clear)  # DESCRIPTORS may have changed
+__all__ = ["inline_policy", "ratelimit", "waiting_view_problems", "waiting_views"]
 
 #: ``@ratelimit(..., max_wait=...)`` decorations in this process, for ``manage.py check``:
 #: (policy name, max_wait) -> (where, the inline Policy or None: a configured policy, known
@@ -152,7 +133,7 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
         # Under method_decorator Django first decorates a placeholder of its own (and then each
         # call's bound method, which registers under the class's name): skip the placeholder.
         if policy is None and rate is not None and getattr(view, "__module__", "") != "django.utils.decorators":
-            inline_limits[policy_name] = (keys, rate, burst, mode, on_failure)
+            register_inline(policy_name, keys, rate, burst, mode, on_failure, algorithm)  # the plane lists it
         if max_wait:
             named = f"policy={policy!r}" if policy else f"rate={rate!r}"
             where = f"@ratelimit({named}) on {view_policy_name(view)[len('view.'):]}"

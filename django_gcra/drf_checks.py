@@ -86,8 +86,8 @@ def _rate_problems(where: str, rate: Any) -> list[Problem]:
         return []  # DRF's "not throttled"
     try:
         num, duration = parse_drf_rate(rate)
-        if num:
-            throttle_policy("check", num, duration, None)
+        if num and duration is not None:
+            throttle_policy("check", num, duration, None, record=False)
     except ImproperlyConfigured as exc:
         return [Problem(Codes.DRF_BAD_RATE, f"{where}: {exc}", "DRF would fail every throttled request (a 500).")]
     problems = []

@@ -1,5 +1,6 @@
 """The override form: policy then limit as dependent choices, descriptor matches as
-``name=value`` lines, every field validated against the configured policies."""
+``name=value`` lines, every field validated against the policies of the plane (settings,
+inline ``@ratelimit`` limits and DRF scopes: ``catalog.policies()``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, cast
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from .conf import get_settings
+from . import catalog
 from .models import LimitOverride
 from .policy import Limit, Policy, log_problem
 from .rates import Rate, parse_rate
@@ -37,7 +38,7 @@ def configured(limit: Limit) -> dict[str, Any]:
 
 def limits_table(policies: Mapping[str, Policy]) -> dict[str, dict[str, Any]]:
     """``{policy: {"mode": ..., "limits": {limit: configured(limit)}}}`` for the form's script."""
-    return {name: {"mode": p.mode, "descriptors": sorted(p.descriptors),
+    return {name: {"mode": p.mode, "descriptors": sorted(p.descriptors), "origin": catalog.origin(name),
                    "limits": {lim.name: {**configured(lim), "mode": p.mode_of(lim)} for lim in p.limits}}
             for name, p in sorted(policies.items())}
 
@@ -95,6 +96,15 @@ def parse_match(text: str, policy: Policy | None) -> dict[str, str]:
     return match
 
 
+ORIGIN_LABELS = {catalog.INLINE: _("@ratelimit"), catalog.DRF: _("DRF scope")}
+
+
+def policy_label(name: str) -> str:
+    """A policy's choice label: its name, and where it is defined unless in ``POLICIES``."""
+    where = ORIGIN_LABELS.get(catalog.origin(name))
+    return f"{name} ({where})" if where else name
+
+
 class LimitOverrideForm(forms.ModelForm):
     policy = forms.ChoiceField(label=_("policy"))
     limit = forms.ChoiceField(label=_("limit"), help_text=_("The limits of the policy chosen above."))
@@ -110,8 +120,9 @@ class LimitOverrideForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        policies = get_settings().policies
-        self.fields["policy"].choices = [(name, name) for name in sorted(policies)]
+        catalog.discover()  # the URLconf's inline limits and DRF's scopes (a failure: only settings' are listed)
+        policies = catalog.policies()
+        self.fields["policy"].choices = [(name, policy_label(name)) for name in sorted(policies)]
         # Grouped by policy (an <optgroup> each): without script the groups still say which is whose.
         self.fields["limit"].choices = [
             (name, [(lim.name, f"{lim.name} (key: {'+'.join(lim.key) or 'none'})") for lim in policies[name].limits]
@@ -141,7 +152,7 @@ class LimitOverrideForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = cast("dict[str, Any]", super().clean())
-        policy = get_settings().policies.get(str(data.get("policy")))
+        policy = catalog.find(str(data.get("policy")))
         limit = data.get("limit")
         if policy is not None and limit is not None:
             names = [lim.name for lim in policy.limits] + [c.name for c in policy.concurrency]

@@ -26,6 +26,7 @@ from typing import Any
 
 from django.db import close_old_connections, connections, transaction
 
+from . import catalog
 from .conf import get_settings, on_change
 from .policy import MAX_CONCURRENCY, Concurrency, Limit, Policy, log_problem, span_problem
 from .rates import Rate, parse_rate
@@ -78,6 +79,7 @@ class OverrideCache:
         self.version: bytes | None = None
         self.next_check = 0.0  # monotonic
         self.failing = False
+        self.generation = self.loaded_generation = 0  # expire() moves the first; a load takes it
         self.lock = threading.Lock()  # held by the one refresh in flight
         self.idle = threading.Event()  # set while no refresh is in flight
         self.idle.set()
@@ -88,7 +90,8 @@ class OverrideCache:
         self.index, self.loaded_at, self.version, self.next_check, self.failing = {}, None, None, 0.0, False
 
     def expire(self) -> None:
-        """Reload at the next lookup."""
+        """Reload at the next lookup (and again if a load in flight began before this call)."""
+        self.generation += 1
         self.loaded_at, self.next_check = None, 0.0
 
     def join(self, timeout: float) -> bool:
@@ -136,7 +139,9 @@ class OverrideCache:
         except Exception as exc:  # Redis down: rely on the TTL
             logger.debug("django_gcra: override version unreadable: %s", exc)
             version, stamp_ok = None, False
-        stale = self.loaded_at is None or time.monotonic() - self.loaded_at > get_settings().override_ttl
+        generation = self.generation
+        stale = (self.loaded_at is None or generation != self.loaded_generation
+                 or time.monotonic() - self.loaded_at > get_settings().override_ttl)
         if not stale and stamp_ok and version == self.version:
             return
         try:
@@ -149,13 +154,15 @@ class OverrideCache:
             self.failing = True
             return
         self.index, self.version, self.loaded_at, self.failing = index, version, time.monotonic(), False
+        self.loaded_generation = generation
 
 
 def load_index() -> Index:
-    """Every enabled, unexpired override of a configured limit, compiled. One query."""
+    """Every enabled, unexpired override of a limit in the plane (``catalog.policies()``:
+    settings, inline ``@ratelimit`` and DRF scopes), compiled. One query."""
     from .models import LimitOverride
 
-    policies = get_settings().policies
+    policies = catalog.policies()
     limits: dict[tuple[str, str], Limit | Concurrency] = {
         (p.name, lim.name): lim for p in policies.values() for lim in p.every_limit}
     rows = LimitOverride.objects.in_force().order_by("-updated_at", "-pk")
@@ -260,3 +267,4 @@ def on_override_change(sender: Any, **kwargs: Any) -> None:
 
 
 on_change(cache.reset)
+catalog.listeners.append(cache.expire)  # a new code policy: its overrides join the index

@@ -14,8 +14,7 @@ from django.http import HttpResponse
 from django.urls import reverse
 from django.utils import timezone
 
-from . import tally
-from .conf import get_settings
+from . import catalog, tally
 from .forms import configured, match_lines
 from .models import AuditEvent, LimitOverride
 
@@ -46,7 +45,7 @@ class Bar:
 
 def _in_force(policy: str, limit: str, descriptors: dict[str, str], index: dict[tuple[str, str], list[Any]]) -> str:
     """The limit in force for this key: the configured value, or the override that matches it."""
-    config = get_settings().policies.get(policy)
+    config = catalog.find(policy)
     lim = next((x for x in config.limits if x.name == limit), None) if config else None
     if lim is None:
         return "not configured"

@@ -12,6 +12,22 @@ decision (``signals.observers``) adds to in-process counters:
   ``MAX_LISTED`` keys per process; beyond, a new key is not listed (and its share shows
   as unknown).
 
+- keys **near their quota**, sampled: an allowed decision that leaves a limit at most
+  ``1 - NEAR_SHARE`` of its burst (20 %: "used 80 % or more") records that key, with its
+  used share and its identifying descriptors, in a per-process table of at most
+  ``MAX_NEAR`` keys per flush interval (a key already there keeps its highest share; once
+  full, new keys wait for the next interval). Each flush adds them to one sorted set per
+  hour in Redis (``ZADD GT``: a key keeps its highest share) trimmed to the ``NEAR_KEPT``
+  highest shares, so the dashboard can list keys close to their limit before any is
+  denied. Why sampled from decisions and not a SCAN of the limits' keys: the decision
+  already holds the remaining units, so finding a near key costs an integer comparison
+  on the request path and nothing in Redis, whereas a SCAN costs the console a walk of
+  every key of the prefix (millions on a busy store: unbounded time, or a partial sample
+  that misses exactly the keys it was for) and cannot name a key's descriptors, which a
+  key hashes or escapes. The cost: a key is seen only when it decides, and only the
+  process-local top of each interval reaches Redis; cardinality is bounded twice
+  (``MAX_NEAR`` per process and interval, ``NEAR_KEPT`` per hour in Redis).
+
 A background thread writes the counters to Redis every ``AUDIT['FLUSH_INTERVAL']``
 seconds in one pipeline (minute buckets kept ``MINUTE_TTL``, hour buckets ``HOUR_TTL``,
 all under one hash tag), so the console sees every process's decisions. Never on the
@@ -20,19 +36,22 @@ request path; a failed write keeps the counts for the next one.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from . import catalog
 from .audit import key_of
 from .conf import get_settings
 from .decision import Decision
 from .metrics import outcome_of
 from .store import cache_connection
 
-__all__ = ["MAX_LISTED", "Tally", "on_decision", "read", "read_keys", "tally"]
+__all__ = ["MAX_LISTED", "MAX_NEAR", "NEAR_KEPT", "NEAR_SHARE", "Tally", "on_decision", "read", "read_keys",
+           "read_near", "tally"]
 
 logger = logging.getLogger("django_gcra")
 
@@ -41,6 +60,9 @@ MINUTE, HOUR = 60, 3600
 MINUTE_TTL = 3 * HOUR
 HOUR_TTL = 32 * 86400
 SEP = "\x1f"
+NEAR_SHARE = 0.8  # used share of the burst from which an allowed decision's key is "near its quota"
+MAX_NEAR = 256  # near keys one process holds between flushes
+NEAR_KEPT = 50  # near keys kept per hour bucket in Redis (the highest shares)
 LISTING = frozenset({"denied", "shadow_denied", "fallback_denied"})
 
 
@@ -64,6 +86,7 @@ class Tally:
         self.totals: dict[tuple[str, str, str], int] = {}  # since the process started
         self.listed: dict[tuple[str, str], set[str]] = {}
         self.listed_count = 0
+        self.pending_near: dict[tuple[str, str, str], tuple[float, dict[str, str]]] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -72,7 +95,7 @@ class Tally:
         policy = decision.policy
         keyed: list[tuple[str, str, str]] = []
         if self.listed:
-            config = get_settings().policies.get(policy)
+            config = catalog.find(policy)
             for limit in config.limits if config else ():
                 listed = self.listed.get((policy, limit.name))
                 if listed:
@@ -89,11 +112,15 @@ class Tally:
                 self.pending_keys[field] = self.pending_keys.get(field, 0) + 1
         if outcome in LISTING and decision.limit:
             self._list(decision)
+        elif outcome == "allowed":
+            for state in decision.limits:
+                if state.burst > 0 and state.remaining <= (1 - NEAR_SHARE) * state.burst:  # most stop here
+                    self._near(decision, state.name, (state.burst - state.remaining) / state.burst)
         if self.autostart and (self._thread is None or not self._thread.is_alive()):
             self._start()
 
     def _list(self, decision: Decision) -> None:
-        config = get_settings().policies.get(decision.policy)
+        config = catalog.find(decision.policy)
         limit = next((lim for lim in config.limits if lim.name == decision.limit), None) if config else None
         if limit is None:
             return
@@ -105,6 +132,20 @@ class Tally:
                 self.listed_count += 1
                 field = (decision.policy, limit.name, key)  # this decision is the key's traffic too
                 self.pending_keys[field] = self.pending_keys.get(field, 0) + 1
+
+    def _near(self, decision: Decision, limit_name: str, share: float) -> None:
+        config = catalog.find(decision.policy)
+        limit = next((lim for lim in config.limits if lim.name == limit_name), None) if config else None
+        if limit is None:
+            return
+        descriptors = {n: decision.descriptors[n] for n in limit.key if n in decision.descriptors}
+        field = (decision.policy, limit_name, key_of(descriptors))
+        with self.lock:
+            known = self.pending_near.get(field)
+            if known is None and len(self.pending_near) >= MAX_NEAR:
+                return
+            if known is None or known[0] < share:
+                self.pending_near[field] = (share, descriptors)
 
     def _start(self) -> None:
         with self.lock:
@@ -126,9 +167,10 @@ class Tally:
         """Write the pending counts to Redis; on failure keep them for the next flush. Never raises."""
         with self.lock:
             counts, keys, self.pending, self.pending_keys = self.pending, self.pending_keys, {}, {}
+            near, self.pending_near = self.pending_near, {}
             for field, n in counts.items():
                 self.totals[field] = self.totals.get(field, 0) + n
-        if not counts and not keys:
+        if not counts and not keys and not near:
             return True
         now = time.time() if now is None else now
         minute, hour = int(now // MINUTE) * MINUTE, int(now // HOUR) * HOUR
@@ -141,6 +183,12 @@ class Tally:
                     for field, n in data.items():
                         pipe.hincrby(name, SEP.join(field), n)
                     pipe.expire(name, ttl)
+            if near:
+                name = _redis_key("n", hour)
+                pipe.zadd(name, {json.dumps([*field, d], sort_keys=True): share
+                                 for field, (share, d) in near.items()}, gt=True)
+                pipe.zremrangebyrank(name, 0, -NEAR_KEPT - 1)  # keep the highest shares
+                pipe.expire(name, HOUR_TTL)
             pipe.execute()
             return True
         except Exception as exc:
@@ -151,6 +199,9 @@ class Tally:
                     self.totals[field] -= n
                 for field, n in keys.items():
                     self.pending_keys[field] = self.pending_keys.get(field, 0) + n
+                for field, entry in near.items():
+                    if len(self.pending_near) < MAX_NEAR and entry[0] > self.pending_near.get(field, (0.0,))[0]:
+                        self.pending_near[field] = entry
             return False
 
 
@@ -196,6 +247,27 @@ def read_keys(since: float, until: float) -> Mapping[tuple[str, str, str], int]:
             if len(parts) == 3:
                 found[(parts[0], parts[1], parts[2])] = found.get((parts[0], parts[1], parts[2]), 0) + n
     return found
+
+
+def read_near(since: float, until: float, count: int = 10) -> list[dict[str, Any]]:
+    """The keys near their quota in the hours overlapping the period, highest used share
+    first: ``{"policy", "limit", "key", "descriptors", "share"}``. At most ``NEAR_KEPT``
+    per hour are read. Raises on a Redis error."""
+    pipe = cache_connection().pipeline(transaction=False)
+    for bucket in _buckets(since, until, HOUR):
+        pipe.zrevrange(_redis_key("n", bucket), 0, NEAR_KEPT - 1, withscores=True)
+    best: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for rows in pipe.execute():
+        for member, share in rows:
+            try:
+                policy, limit, key, descriptors = json.loads(member)
+            except (ValueError, TypeError):
+                continue
+            found = best.get((policy, limit, key))
+            if found is None or found["share"] < share:
+                best[(policy, limit, key)] = {"policy": policy, "limit": limit, "key": key,
+                                              "descriptors": descriptors, "share": float(share)}
+    return sorted(best.values(), key=lambda r: (-r["share"], r["policy"], r["limit"], r["key"]))[:count]
 
 
 tally = Tally()

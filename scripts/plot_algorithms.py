@@ -12,9 +12,13 @@ rolling 10 s, the admitted total, and the admitted per 10 s in the steady part.
 from __future__ import annotations
 
 import bisect
+import sys
 from pathlib import Path
 
-from django_gcra.algorithm import GCRA, SLIDING_LOG, SLIDING_WINDOW, composite
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # benchmarks.figstyle, when run as a script
+
+from django_gcra.algorithm import GCRA, SLIDING_LOG, SLIDING_WINDOW, composite  # noqa: E402
 
 N, PERIOD = 10, 10_000_000  # 10 per 10 s
 INTERVAL = PERIOD // N
@@ -51,12 +55,9 @@ def rolling(times: list[int], at: int) -> int:
 
 
 def main() -> None:
-    import matplotlib
+    from benchmarks.figstyle import figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.4), dpi=110, sharex=True)
+    fig, (top, bottom) = figure(2, height=3.6, sharex=True)
     arrivals = traffic()
     top.step([t / SECOND for t in arrivals], range(1, len(arrivals) + 1), where="post", color="grey", lw=1,
              label="offered")
@@ -75,14 +76,15 @@ def main() -> None:
     bottom.axhline(N, color="black", lw=0.8, ls="--", label="N = 10")
     bottom.axhline(2 * N, color="black", lw=0.8, ls=":", label="2N")
     top.set_ylabel("requests (cumulative)")
-    top.set_title("10 per 10 s: a burst of 30 in the first second, then 3 per second from 20 s", fontsize=11)
-    top.legend(loc="upper left", fontsize=8)
+    top.set_title("10 per 10 s: a burst of 30 in the first second,\nthen 3 per second from 20 s")
+    top.legend(loc="upper left")
     bottom.set_ylabel("admitted in the last 10 s")
     bottom.set_xlabel("time (s)")
-    bottom.legend(loc="upper right", fontsize=8, ncol=2)
+    bottom.set_ylim(-0.5, 26)  # room for the legend above 2N
+    bottom.legend(loc="upper right", ncol=2)
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
-    out = Path(__file__).resolve().parent.parent / "docs" / "img" / "algorithms.png"
+    out = ROOT / "docs" / "img" / "algorithms.png"
     fig.tight_layout()
     fig.savefig(out)
     print(f"wrote {out}")

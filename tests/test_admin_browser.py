@@ -21,6 +21,7 @@ import pytest
 
 from django_gcra.models import AuditEvent, LimitOverride
 from django_gcra.overrides import cache
+from tests.plane_urls import INLINE_POLICY
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -69,6 +70,7 @@ def plane(real_redis, gcra_settings, settings, monkeypatch, django_user_model):
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.TIME_ZONE = "UTC"  # what the screenshots in the docs show
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"uploads": "4/m"}}
     gcra_settings(**GCRA)
     audit.recorder.buffer.clear()
     AuditEvent.objects.all().delete()  # what other tests' flushes may have left outside their transactions
@@ -189,10 +191,25 @@ def test_the_console_at_1280px_form_dashboard_report_and_lists(live_server, plan
         # Traffic: acme 3 requests (the 3rd refused), trial 5 (shadow override: 3 would-denies).
         assert [get_json(page, f"{base}/limited/?tenant=acme")[0] for _ in range(3)] == [200, 200, 429]
         assert [get_json(page, f"{base}/limited/?tenant=trial")[0] for _ in range(5)] == [200] * 5
+        # The inline limit (burst 2) used up but never denied: a key near its quota.
+        assert [get_json(page, f"{base}/inline/")[1]["remaining"] for _ in range(2)] == [1, 0]
         login(page, base)
 
         # The override form: policy, then that policy's limits; the configured value and the effect beside them.
         page.goto(f"{base}/admin/django_gcra/limitoverride/add/")
+        # Every limit of the plane: an inline @ratelimit limit and a DRF scope beside the settings policies.
+        policies = page.eval_on_selector_all("#id_policy option", "os => os.map(o => [o.value, o.innerText])")
+        assert [INLINE_POLICY, f"{INLINE_POLICY} (@ratelimit)"] in policies, policies
+        assert ["drf.uploads", "drf.uploads (DRF scope)"] in policies, policies
+        page.select_option("#id_policy", INLINE_POLICY)
+        visible = page.eval_on_selector_all("#id_limit optgroup:not([hidden]) option", "os => os.map(o => o.value)")
+        assert visible == ["view"]
+        assert page.inner_text("#gcra-configured") == "rate 3/m, burst 2, mode enforce (key: ip)"
+        page.select_option("#id_policy", "drf.uploads")
+        assert page.inner_text("#gcra-configured") == "rate 4/m, burst 4, mode enforce (key: cache_key+rate)"
+        page.fill("#id_burst", "8")
+        assert page.inner_text("#gcra-effective") == "rate 4/m, burst 8, mode enforce"
+        page.fill("#id_burst", "")
         page.select_option("#id_policy", "api")
         visible = page.eval_on_selector_all("#id_limit optgroup:not([hidden]) option", "os => os.map(o => o.value)")
         assert visible == ["tenant", "user"]
@@ -230,6 +247,8 @@ def test_the_console_at_1280px_form_dashboard_report_and_lists(live_server, plan
         assert page.query_selector('tr[data-limit="api.user"] td.num a').inner_text() == "1"  # the override
         left = page.eval_on_selector_all("#dashboard-top td.quota", "ts => ts.map(t => t.innerText)")
         assert left and all(" of 2" in text for text in left), left  # browser.tenant's burst, peeked
+        near = page.eval_on_selector_all("#dashboard-near tbody tr", "rs => rs.map(r => r.innerText)")
+        assert any(INLINE_POLICY in text and "ip=127.0.0.1" in text and "100 %" in text for text in near), near
         page.wait_for_function("() => document.fonts.ready")
         page.screenshot(path=str(shots / "console-dashboard.png"), full_page=True)
         assert fits(page)

@@ -209,3 +209,54 @@ def test_the_dashboard_lists_limits_decided_outside_the_settings(admin_client, c
     row = rows["inline-demo.view"]
     assert (row.source, row.rate, row.burst, row.counts["seen"], row.counts["denied"]) == ("inline", "5/m", "2", 3, 1)
     assert rows["browser.tenant"].source == "settings"
+
+
+def test_keys_near_their_quota_are_sampled_from_allowed_decisions_and_bounded(console, fake_redis, monkeypatch):
+    counts, _ = console
+    for _ in range(7):  # api.tenant: burst 10, 7 used: 30 % left, not near
+        decide("api", {"tenant": "far", "user": None})
+    for _ in range(9):  # 9 of 10 used: near (90 %) and never denied
+        decide("api", {"tenant": "close", "user": None})
+    assert set(counts.pending_near) == {("api", "tenant", "tenant=close")}
+    assert counts.pending_near[("api", "tenant", "tenant=close")] == (0.9, {"tenant": "close"})
+    monkeypatch.setattr("django_gcra.tally.MAX_NEAR", 2)
+    for tenant in "abc":  # browser.tenant: burst 2, so the 2nd decision leaves 0
+        decide("browser", {"tenant": tenant})
+        decide("browser", {"tenant": tenant})
+    assert len(counts.pending_near) == 2  # bounded per process and flush interval
+    assert counts.flush() and not counts.pending_near
+    now = timezone.now().timestamp()
+    near = tally.read_near(now - 60, now)
+    assert [(r["policy"], r["key"], r["share"]) for r in near] == [("browser", "tenant=a", 1.0),
+                                                                      ("api", "tenant=close", 0.9)]
+    assert near[0]["descriptors"] == {"tenant": "a"}
+
+
+def test_redis_keeps_the_highest_shares_of_near_keys(console, fake_redis, monkeypatch):
+    counts, _ = console
+    monkeypatch.setattr("django_gcra.tally.NEAR_KEPT", 3)
+    for share, tenant in ((0.8, "a"), (0.9, "b"), (1.0, "c"), (0.85, "d")):
+        counts.pending_near[("api", "tenant", f"tenant={tenant}")] = (share, {"tenant": tenant})
+    counts.flush()
+    counts.pending_near[("api", "tenant", "tenant=b")] = (0.8, {"tenant": "b"})  # lower: b keeps 0.9
+    counts.flush()
+    now = timezone.now().timestamp()
+    assert [(r["key"], r["share"]) for r in tally.read_near(now - 60, now)] == [
+        ("tenant=c", 1.0), ("tenant=b", 0.9), ("tenant=d", 0.85)]
+
+
+def test_the_dashboard_lists_keys_near_their_quota_that_were_not_denied(admin_client, console):
+    counts, recorder = console
+    for _ in range(9):
+        decide("api", {"tenant": "close", "user": None})
+    traffic()  # browser: acme is denied (so listed as most limited, not as near)
+    counts.flush()
+    recorder.flush()
+    page = admin_client.get("/admin/django_gcra/dashboard/")
+    near = [(r["policy"], r["limit"], r["key"], r["used"]) for r in page.context["near"]]
+    assert ("api", "tenant", "tenant=close", "90 %") in near
+    assert all(key != "tenant=acme" or policy != "browser" for policy, _, key, _ in near)
+    row = next(r for r in page.context["near"] if r["key"] == "tenant=close")
+    assert row["quota"].startswith("1 of 10, full in ")  # peeked now: 9 used of 10
+    html = page.content.decode()
+    assert 'id="dashboard-near"' in html and "tenant=close" in html.split('id="dashboard-near"')[1]

@@ -37,6 +37,12 @@ class Timing:
         """Latency percentile in microseconds."""
         return statistics.quantiles(self.latencies, n=100, method="inclusive")[q - 1] / 1000
 
+    def round_percentiles(self, q: int) -> list[float]:
+        """The latency percentile of each round, in microseconds (the spread of the figures)."""
+        per = len(self.latencies) // max(len(self.rates), 1)
+        return [statistics.quantiles(self.latencies[i:i + per], n=100, method="inclusive")[q - 1] / 1000
+                for i in range(0, per * len(self.rates), per)]
+
 
 def one_round(contender: Contender, workload: Workload, ops: int, offset: int, timing: Timing) -> None:
     decide, clock = contender.decide, time.perf_counter_ns

@@ -1,4 +1,8 @@
-"""``gcra_inspect POLICY name=value ...``: what the limits hold for these descriptors, consuming nothing."""
+"""``gcra_inspect POLICY name=value ...``: what the limits hold for these descriptors, consuming nothing.
+
+POLICY is any policy of the plane: one of ``POLICIES``, an inline ``@ratelimit`` limit
+(``view.<module>.<qualname>.<rate>``) or a DRF scope (``drf.<scope>``); overrides in force
+apply, as in a decision."""
 
 from __future__ import annotations
 
@@ -7,9 +11,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_gcra import catalog
 from django_gcra.algorithm import GCRA, composite
 from django_gcra.backends import BackendError
-from django_gcra.limiter import backend_for, get_policy, plan
+from django_gcra.limiter import backend_for, plan
 
 
 class Command(BaseCommand):
@@ -24,10 +29,15 @@ class Command(BaseCommand):
         parser.add_argument("--json", dest="as_json", action="store_true", help="Print JSON instead of a table.")
 
     def handle(self, *args: Any, policy: str, descriptors: list[str], cost: int, as_json: bool, **options: Any) -> None:
-        try:
-            pol = get_policy(policy)
-        except KeyError as exc:
-            raise CommandError(exc.args[0]) from None
+        found = catalog.find(policy)
+        if found is None:  # an inline @ratelimit limit is known once the URLconf's views are imported
+            problems = catalog.discover()
+            found = catalog.find(policy)
+        if found is None:
+            listed = ", ".join(sorted(catalog.policies())) or "none"
+            raise CommandError(f"unknown rate-limit policy {policy!r} (known: {listed})"
+                               + (f"; {problems}" if problems else ""))
+        pol = found
         if cost < 0:
             raise CommandError(f"--cost must be >= 0, not {cost}")
         values: dict[str, Any] = {}

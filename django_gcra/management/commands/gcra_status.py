@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
-from importlib import import_module
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_gcra import catalog
 from django_gcra.backends.redis import SCRIPT, SCRIPT_SHA
 from django_gcra.conf import get_settings
+from django_gcra.forms import rate_text
 from django_gcra.overrides import version_key
+from django_gcra.policy import Limit, Policy
 from django_gcra.store import cache_connection
 
 
@@ -75,33 +77,48 @@ class Command(BaseCommand):
             self.stdout.write(f"  {line}")
 
     def _inline(self) -> None:
-        """The inline ``@ratelimit`` limits of the views the URLconf imports."""
-        from django.conf import settings
-
-        from django_gcra.decorators import inline_limits
-
+        """The inline ``@ratelimit`` limits of the views the URLconf imports (overridable: limit ``view``)."""
+        problems = catalog.discover()
         self.stdout.write(self.style.MIGRATE_HEADING("Inline @ratelimit limits (views imported by ROOT_URLCONF)"))
-        try:
-            import_module(settings.ROOT_URLCONF)
-        except Exception as exc:
-            self.stdout.write(self.style.ERROR(f"  ROOT_URLCONF does not import: {type(exc).__name__}: {exc}"))
-        if not inline_limits:
+        if problems:
+            self.stdout.write(self.style.ERROR(f"  {problems}"))
+        found = self._code_lines(catalog.INLINE)
+        for policy, limit, text in found:
+            self.stdout.write(f"  - {policy.name} [{policy.mode_of(limit)}] key {'+'.join(limit.key)}: {text}, "
+                              f"on_failure {policy.on_failure} (limit {limit.name})")
+        if not found:
             self.stdout.write("  none")
-        for name, (key, rate, burst, mode, on_failure) in sorted(inline_limits.items()):
-            burst_text = burst if burst is not None else "= rate count"
-            self.stdout.write(f"  - {name} [{mode}] key {'+'.join(key)}: {rate}, burst {burst_text}, "
-                              f"on_failure {on_failure}")
+
+    @staticmethod
+    def _code_lines(kind: str) -> list[tuple[Policy, Limit, str]]:
+        found = []
+        for policy in catalog.policies().values():
+            if catalog.origin(policy.name) != kind:
+                continue
+            for limit in policy.limits:
+                rates = ", ".join(rate_text(r) for r in limit.rates.values())
+                burst = limit.burst if limit.burst is not None else "= rate count"
+                shape = f"burst {burst}" if not limit.sliding else limit.algorithm
+                found.append((policy, limit, f"{rates}, {shape}"))
+        return found
 
     def _drf_scopes(self) -> None:
-        """DRF's throttle scopes, which the GCRA throttle classes read (not overridable in the admin)."""
+        """DRF's throttle scopes, which the GCRA throttle classes read: policy ``drf.<scope>``."""
         from django.conf import settings
 
         rates = (getattr(settings, "REST_FRAMEWORK", None) or {}).get("DEFAULT_THROTTLE_RATES") or {}
         self.stdout.write(self.style.MIGRATE_HEADING("DRF throttle scopes (REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'])"))
-        if not rates:
+        for scope, rate in sorted(rates.items(), key=lambda item: str(item[0])):
+            name = f"drf.{catalog.scope_name(str(scope))}"
+            known = catalog.origin(name) == catalog.DRF
+            where = f" (policy {name}, limit {name[4:]})" if known else " (not limited: rate of 0 or none)"
+            self.stdout.write(f"  - {scope}: {rate}{where}")
+        others = [(p, lim, text) for p, lim, text in self._code_lines(catalog.DRF)
+                  if lim.name not in {catalog.scope_name(str(s)) for s in rates}]
+        for policy, limit, text in others:  # throttles seen in this process with a rate of their own
+            self.stdout.write(f"  - {policy.name} (limit {limit.name}): {text}")
+        if not rates and not others:
             self.stdout.write("  none")
-        for scope, rate in sorted(rates.items()):
-            self.stdout.write(f"  - {scope}: {rate}")
 
     def _overrides(self) -> None:
         from django_gcra.models import LimitOverride
