@@ -16,7 +16,6 @@ commits a change reloads at once, in the committing thread.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -30,7 +29,7 @@ from . import catalog
 from .conf import get_settings, on_change
 from .policy import MAX_CONCURRENCY, Concurrency, Limit, Policy, log_problem, span_problem
 from .rates import Rate, parse_rate
-from .store import cache_connection, read_guarded
+from .store import cache_connection, in_event_loop, read_guarded
 
 __all__ = ["apply_override", "cache", "invalidate", "version_key"]
 
@@ -60,14 +59,6 @@ Index = dict[str, dict[str, list[Shape]]]
 
 def version_key() -> str:
     return f"{get_settings().prefix}:overrides:version"
-
-
-def _in_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 class OverrideCache:
@@ -108,7 +99,7 @@ class OverrideCache:
             self.next_check = time.monotonic() + get_settings().override_refresh
             self.idle.clear()
             threading.Thread(target=self._refresh_in_thread, name="gcra-overrides", daemon=True).start()
-        if self.loaded_at is None and not self.failing and not _in_event_loop():
+        if self.loaded_at is None and not self.failing and not in_event_loop():
             self.idle.wait(get_settings().timeout)  # a process's first load: bounded by TIMEOUT
         return self.index
 

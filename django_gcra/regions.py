@@ -24,7 +24,6 @@ Redis keys, in each region's Redis:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -41,7 +40,7 @@ from .budgets import Budget, RegionSettings
 from .conf import get_settings, on_change
 from .keys import escape
 from .policy import Limit, Policy
-from .store import cache_connection
+from .store import cache_connection, in_event_loop
 
 __all__ = ["RebalanceResult", "RegionCollector", "ShareState", "next_shares", "on_decision", "rebalance", "scale",
            "share_of", "state", "status_lines", "tick"]
@@ -94,14 +93,6 @@ def scale(interval: int, burst: int, share: float) -> tuple[int, int]:
     if share >= 1.0:
         return interval, burst
     return math.ceil(interval / share - EPSILON), max(1, math.ceil(burst * share - EPSILON))
-
-
-def _in_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 class ShareState:
@@ -160,7 +151,7 @@ class ShareState:
             self.next_sync = time.monotonic() + regions.refresh
             self.idle.clear()
             threading.Thread(target=self._sync_in_thread, name="gcra-regions", daemon=True).start()
-        if not self.loaded and not self.failing and not _in_event_loop():
+        if not self.loaded and not self.failing and not in_event_loop():
             self.idle.wait(get_settings().timeout)
         return self.version
 

@@ -32,7 +32,7 @@ from .backends.redis import RedisBackend
 from .conf import generation, get_settings, on_change
 from .policy import Policy
 
-__all__ = ["backend_for", "cache_connection", "endpoint_for", "limiter_async_client", "limiter_client",
+__all__ = ["backend_for", "cache_connection", "endpoint_for", "in_event_loop", "limiter_async_client", "limiter_client",
            "read_guarded", "store_backend"]
 
 _lock = threading.Lock()
@@ -130,6 +130,15 @@ def backend_for(policy: Policy) -> Backend:
     """The backend that decides ``policy``: the store of its ``cache_alias`` (default
     ``CACHE_ALIAS``), behind local leases when the policy has a ``lease``."""
     return leases.leasing_backend(store_backend(policy.cache_alias), policy)
+
+
+def in_event_loop() -> bool:
+    """True in a coroutine's thread: a blocking read there would stall every task of the loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def read_guarded(key: str) -> bytes | None:
