@@ -13,7 +13,8 @@
 --   reset_us: GCRA, until the key is rested; sliding, until one more unit is free
 -- Writes every limit's state when all limits allow; only the enforcing limits' when just
 -- the shadow limits deny (the hypothetical denial consumes nothing); otherwise nothing.
--- The sliding log is a ZSET of admission times (score, us), one entry per unit; the
+-- The sliding log is a ZSET of admission times (score, us), one entry per unit, each
+-- member the time's digits (a cost's k-th unit "<time>:k"; salted on a collision); the
 -- weighted window a string "start:cur:prev". Their arithmetic is django_gcra/sliding.py's.
 local cost = tonumber(ARGV[1])
 local t = redis.call('TIME')
@@ -31,16 +32,55 @@ for i = 1, n do
   end
 end
 local sliding = has_log or has_win
-local us, unpk, log_nth, fits, earliest, wwait, wleft, wreset
+-- Every number a sliding branch sends Redis is a string made once: Redis formats a Lua
+-- number argument itself, at about the cost of a command, and '%d' is exact (times are
+-- whole us, far below 2^53) and cheaper than '%.0f'.
+local fmt, nows, unpk, log_at, log_kth, log_add, fits, earliest, wwait, wleft, wreset
 if sliding then
-  us = function(x) return string.format('%.0f', x) end
+  fmt = string.format
 end
 if has_log then
   unpk = unpack or table.unpack  -- Lua 5.1 (Redis); 5.2+ elsewhere (fakeredis)
-  -- The sliding log: entries in the window are those after now - period.
-  log_nth = function(key, since, k)  -- the k-th oldest entry's time in the window
-    local e = redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
-    return tonumber(e[2])
+  nows = fmt('%d', now)  -- the score, and the member, of this call's entries
+  -- The sliding log: entries in the window are those after st.cut = now - period. An
+  -- entry's time is its member's leading digits (WITHSCORES would have Redis format each
+  -- score, about a microsecond apiece).
+  log_at = function(m) return tonumber(m) or tonumber(string.match(m, '^(%d+):')) end
+  log_kth = function(key, st, k)  -- the k-th oldest entry's time in the window
+    local e
+    if st.stale then  -- the first st.stale entries by rank have left: rank st.stale + k - 1
+      local r = st.stale + k
+      if r <= #st.head then return log_at(st.head[r]) end
+      r = fmt('%d', r - 1)
+      e = redis.call('ZRANGE', key, r, r)
+    else
+      e = redis.call('ZRANGEBYSCORE', key, '(' .. fmt('%d', st.cut), '+inf', 'LIMIT',
+                     k == 1 and '0' or fmt('%d', k - 1), '1')
+    end
+    return log_at(e[1])
+  end
+  -- cost entries at now, members nows, nows:2 .. nows:cost. Members are unique while
+  -- Redis time does not step back; if ZADD adds fewer (an entry at this very us: a clock
+  -- that stepped back), the rest are salted with the count, above any earlier one's.
+  log_add = function(key, count)
+    local j, salt = 0, 0
+    if cost == 1 then  -- the usual case: no table, no unpack
+      j = redis.call('ZADD', key, nows, nows)
+      salt = 1 - j
+    end
+    while j < cost and salt < 4 do
+      local args, from = {}, j
+      for k = from + 1, math.min(cost, from + 1000) do  -- unpack() takes a few thousand values
+        args[#args + 1] = nows
+        if salt > 0 then
+          args[#args + 1] = nows .. ':' .. (count + k) .. ':' .. salt
+        else
+          args[#args + 1] = k == 1 and nows or nows .. ':' .. k
+        end
+      end
+      j = from + redis.call('ZADD', key, unpk(args))
+      if j == from + #args / 2 then salt = 0 else salt = salt + 1 end
+    end
   end
 end
 if has_win then
@@ -121,16 +161,31 @@ for i = 1, n do
     local f = tonumber(flag)
     local p, lim = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])
     enforce = f % 2 == 1
-    local st = {log = f < 4, p = p, lim = lim}
-    slide[i] = st
-    if st.log then
-      st.since = '(' .. us(now - p)
-      st.count = redis.call('ZCOUNT', KEYS[i], st.since, '+inf')
+    if f < 4 then
+      -- The 4 oldest entries tell how many have left the window (and then the count from
+      -- ZCARD, O(1), and the oldest in it for free), unless all 4 have: then ZCOUNT.
+      local key, cut = KEYS[i], now - p
+      local head = redis.call('ZRANGE', key, '0', '3')
+      local stale, count = 0, 0
+      while stale < #head and log_at(head[stale + 1]) <= cut do stale = stale + 1 end
+      if stale < #head then
+        count = (#head < 4 and #head or redis.call('ZCARD', key)) - stale
+      elseif #head == 4 then
+        stale = nil
+        count = redis.call('ZCOUNT', key, '(' .. fmt('%d', cut), '+inf')
+      end  -- (else the few entries there are have all left: the count is 0)
+      -- k, at: a denial's lookup (the k-th oldest entry in the window is at `at`)
+      local st = {log = true, p = p, lim = lim, ok = false, cut = cut, head = head, stale = stale,
+                  count = count, k = false, at = false}
+      slide[i] = st
       if cost > lim then
         status, retry = -1, 1e300
-      elseif st.count + cost > lim then
-        status, retry = 0, log_nth(KEYS[i], st.since, st.count + cost - lim) + p - now
+      elseif count + cost > lim then
+        st.k = count + cost - lim
+        st.at = log_kth(key, st, st.k)
+        status, retry = 0, st.at + p - now
       end
+      st.ok = status == 1
     else
       local start = now - math.fmod(now, p)
       local s, cur, prev, off = start, 0, 0, now - start
@@ -145,14 +200,13 @@ for i = 1, n do
           prev = tonumber(cc)
         end
       end
-      st.s, st.cur, st.prev, st.off = s, cur, prev, off
       if cost > lim then
         status, retry = -1, 1e300
       elseif not fits(cur, prev, off, p, lim, cost) then
         status, retry = 0, wwait(cur, prev, off, p, lim, cost)
       end
+      slide[i] = {log = false, p = p, lim = lim, ok = status == 1, s = s, cur = cur, prev = prev, off = off}
     end
-    st.ok = status == 1
   end
   if status ~= 1 then
     if enforce then
@@ -185,39 +239,31 @@ for i = 1, n do
     local write = enforced == 1 and st.ok and (would == 1 or tonumber(flag) % 2 == 1)
     local p, lim = st.p, st.lim
     if st.log then
-      local count = st.count
+      local count, key = st.count, KEYS[i]
       if write and cost > 0 then
-        local key = KEYS[i]
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', us(now - p))
-        -- Members are unique while Redis time does not step back; if it did, salt them.
-        local j, salt = 0, 0
-        while j < cost and salt < 4 do
-          local args, from = {}, j
-          for k = from + 1, math.min(cost, from + 1000) do  -- unpack() takes a few thousand values
-            args[#args + 1] = now
-            args[#args + 1] = us(now) .. ':' .. (count + k) .. (salt > 0 and ':' .. salt or '')
-          end
-          j = from + redis.call('ZADD', key, unpk(args))
-          if j == from + #args / 2 then salt = 0 else salt = salt + 1 end
-        end
+        if st.stale ~= 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', st.cut)) end
+        log_add(key, count)
         redis.call('PEXPIRE', key, math.ceil(p / 1000) + 1)
       end
       if write then count = count + cost end
       local left = math.max(0, lim - count)
       result[4 + 2 * i] = left
+      local k = count - lim + left + 1  -- one more unit is free when the k-th oldest leaves
       if count == 0 then
         result[5 + 2 * i] = 0
       elseif write and st.count == 0 then
         result[5 + 2 * i] = p  -- the oldest entry is this decision's
-      else
-        result[5 + 2 * i] = log_nth(KEYS[i], st.since, count - lim + left + 1) + p - now
+      elseif k == st.k then  -- the denial's lookup found it already
+        result[5 + 2 * i] = st.at + p - now
+      else  -- (written, k is 1: the oldest in the window before, still found by st.head)
+        result[5 + 2 * i] = log_kth(key, st, k) + p - now
       end
     else
       local cur, prev, off = st.cur, st.prev, st.off
       if write then
         cur = cur + cost
         if cost > 0 then
-          redis.call('SET', KEYS[i], string.format('%s:%d:%d', us(st.s), cur, prev),
+          redis.call('SET', KEYS[i], fmt('%d:%d:%d', st.s, cur, prev),
                      'PX', math.ceil((st.s + 2 * p - now) / 1000) + 1)
         end
       end
