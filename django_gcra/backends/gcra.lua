@@ -32,9 +32,11 @@ for i = 1, n do
   end
 end
 local sliding = has_log or has_win
--- Every number a sliding branch sends Redis is a string made once: Redis formats a Lua
--- number argument itself, at about the cost of a command, and '%d' is exact (times are
--- whole us, far below 2^53) and cheaper than '%.0f'.
+-- Every time a sliding branch sends Redis is a string made once: Redis formats a Lua
+-- number argument itself, and '%d' is exact (times are whole us, far below 2^53) and
+-- cheaper than '%.0f'. A sliding limit's state between the two loops, slide[i], is an
+-- array (cheaper than fields): {true, ok, p, N, count, k, at, cut, head, stale} for the
+-- log, {false, ok, p, N, start, cur, prev, offset} for the weighted window.
 local fmt, nows, unpk, log_at, log_kth, log_add, fits, earliest, wwait, wleft, wreset
 if sliding then
   fmt = string.format
@@ -42,19 +44,19 @@ end
 if has_log then
   unpk = unpack or table.unpack  -- Lua 5.1 (Redis); 5.2+ elsewhere (fakeredis)
   nows = fmt('%d', now)  -- the score, and the member, of this call's entries
-  -- The sliding log: entries in the window are those after st.cut = now - period. An
+  -- The sliding log: entries in the window are those after cut = now - period. An
   -- entry's time is its member's leading digits (WITHSCORES would have Redis format each
   -- score, about a microsecond apiece).
   log_at = function(m) return tonumber(m) or tonumber(string.match(m, '^(%d+):')) end
   log_kth = function(key, st, k)  -- the k-th oldest entry's time in the window
     local e
-    if st.stale then  -- the first st.stale entries by rank have left: rank st.stale + k - 1
-      local r = st.stale + k
-      if r <= #st.head then return log_at(st.head[r]) end
+    if st[10] then  -- the first `stale` entries by rank have left: rank stale + k - 1
+      local r = st[10] + k
+      if r <= #st[9] then return log_at(st[9][r]) end
       r = fmt('%d', r - 1)
       e = redis.call('ZRANGE', key, r, r)
     else
-      e = redis.call('ZRANGEBYSCORE', key, '(' .. fmt('%d', st.cut), '+inf', 'LIMIT',
+      e = redis.call('ZRANGEBYSCORE', key, '(' .. fmt('%d', st[8]), '+inf', 'LIMIT',
                      k == 1 and '0' or fmt('%d', k - 1), '1')
     end
     return log_at(e[1])
@@ -162,30 +164,29 @@ for i = 1, n do
     local p, lim = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])
     enforce = f % 2 == 1
     if f < 4 then
-      -- The 4 oldest entries tell how many have left the window (and then the count from
-      -- ZCARD, O(1), and the oldest in it for free), unless all 4 have: then ZCOUNT.
+      -- The 2 oldest entries tell how many have left the window (then the count is ZCARD's,
+      -- O(1), less those, and the oldest in the window is known), unless both have: ZCOUNT.
       local key, cut = KEYS[i], now - p
-      local head = redis.call('ZRANGE', key, '0', '3')
+      local head = redis.call('ZRANGE', key, '0', '1')
       local stale, count = 0, 0
       while stale < #head and log_at(head[stale + 1]) <= cut do stale = stale + 1 end
       if stale < #head then
-        count = (#head < 4 and #head or redis.call('ZCARD', key)) - stale
-      elseif #head == 4 then
-        stale = nil
+        count = (#head < 2 and #head or redis.call('ZCARD', key)) - stale
+      elseif #head == 2 then
+        stale = false  -- (unknown)
         count = redis.call('ZCOUNT', key, '(' .. fmt('%d', cut), '+inf')
-      end  -- (else the few entries there are have all left: the count is 0)
+      end  -- (else the one entry there is has left: the count is 0)
       -- k, at: a denial's lookup (the k-th oldest entry in the window is at `at`)
-      local st = {log = true, p = p, lim = lim, ok = false, cut = cut, head = head, stale = stale,
-                  count = count, k = false, at = false}
+      local st = {true, false, p, lim, count, false, false, cut, head, stale}
       slide[i] = st
       if cost > lim then
         status, retry = -1, 1e300
       elseif count + cost > lim then
-        st.k = count + cost - lim
-        st.at = log_kth(key, st, st.k)
-        status, retry = 0, st.at + p - now
+        local k = count + cost - lim
+        st[6], st[7] = k, log_kth(key, st, k)
+        status, retry = 0, st[7] + p - now
       end
-      st.ok = status == 1
+      st[2] = status == 1
     else
       local start = now - math.fmod(now, p)
       local s, cur, prev, off = start, 0, 0, now - start
@@ -205,7 +206,7 @@ for i = 1, n do
       elseif not fits(cur, prev, off, p, lim, cost) then
         status, retry = 0, wwait(cur, prev, off, p, lim, cost)
       end
-      slide[i] = {log = false, p = p, lim = lim, ok = status == 1, s = s, cur = cur, prev = prev, off = off}
+      slide[i] = {false, status == 1, p, lim, s, cur, prev, off}
     end
   end
   if status ~= 1 then
@@ -236,12 +237,12 @@ for i = 1, n do
     result[4 + 2 * i] = math.max(0, math.floor((now + tolerance - stored) / interval))
     result[5 + 2 * i] = stored - now
   else
-    local write = enforced == 1 and st.ok and (would == 1 or tonumber(flag) % 2 == 1)
-    local p, lim = st.p, st.lim
-    if st.log then
-      local count, key = st.count, KEYS[i]
+    local write = enforced == 1 and st[2] and (would == 1 or tonumber(flag) % 2 == 1)
+    local p, lim = st[3], st[4]
+    if st[1] then
+      local count, key = st[5], KEYS[i]
       if write and cost > 0 then
-        if st.stale ~= 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', st.cut)) end
+        if st[10] ~= 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', st[8])) end
         log_add(key, count)
         redis.call('PEXPIRE', key, math.ceil(p / 1000) + 1)
       end
@@ -251,20 +252,20 @@ for i = 1, n do
       local k = count - lim + left + 1  -- one more unit is free when the k-th oldest leaves
       if count == 0 then
         result[5 + 2 * i] = 0
-      elseif write and st.count == 0 then
+      elseif write and st[5] == 0 then
         result[5 + 2 * i] = p  -- the oldest entry is this decision's
-      elseif k == st.k then  -- the denial's lookup found it already
-        result[5 + 2 * i] = st.at + p - now
-      else  -- (written, k is 1: the oldest in the window before, still found by st.head)
+      elseif k == st[6] then  -- the denial's lookup found it already
+        result[5 + 2 * i] = st[7] + p - now
+      else  -- (written, k is 1: the oldest in the window before, still found by the head)
         result[5 + 2 * i] = log_kth(key, st, k) + p - now
       end
     else
-      local cur, prev, off = st.cur, st.prev, st.off
+      local cur, prev, off = st[6], st[7], st[8]
       if write then
         cur = cur + cost
         if cost > 0 then
-          redis.call('SET', KEYS[i], fmt('%d:%d:%d', st.s, cur, prev),
-                     'PX', math.ceil((st.s + 2 * p - now) / 1000) + 1)
+          redis.call('SET', KEYS[i], fmt('%d:%d:%d', st[5], cur, prev),
+                     'PX', math.ceil((st[5] + 2 * p - now) / 1000) + 1)
         end
       end
       local left = wleft(cur, prev, off, p, lim)
