@@ -37,7 +37,7 @@ local sliding = has_log or has_win
 -- cheaper than '%.0f'. A sliding limit's state between the two loops, slide[i], is an
 -- array (cheaper than fields): {true, ok, p, N, count, k, at, cut, head, stale} for the
 -- log, {false, ok, p, N, start, cur, prev, offset} for the weighted window.
-local fmt, nows, unpk, log_at, log_kth, log_add, fits, earliest, wwait, wleft, wreset
+local fmt, nows, unpk, log_at, log_kth, log_add, fits, earliest, wwait, wview
 if sliding then
   fmt = string.format
 end
@@ -86,7 +86,8 @@ if has_log then
   end
 end
 if has_win then
-  -- The weighted window (see sliding.py: _fits, _earliest, window_wait, window_remaining).
+  -- The weighted window (see sliding.py: _fits, _earliest, window_wait, window_remaining,
+  -- window_reset).
   fits = function(cur, prev, off, p, lim, need)
     return cur + need <= lim and prev * (p - off) <= (lim - cur - need) * p
   end
@@ -109,14 +110,13 @@ if has_win then
     if y < p then return p - off + y end
     return 2 * p - off
   end
-  wleft = function(cur, prev, off, p, lim)
-    local r = lim - cur - math.ceil(prev * (p - off) / p)
-    while r > 0 and not fits(cur, prev, off, p, lim, r) do r = r - 1 end
-    return math.max(0, r)
-  end
-  wreset = function(cur, prev, off, p, lim, left)
-    if left >= lim then return 0 end
-    return wwait(cur, prev, off, p, lim, left + 1)
+  wview = function(cur, prev, off, p, lim)  -- remaining, reset: fits() inlined, w its weight
+    local w = prev * (p - off)
+    local left = lim - cur - math.ceil(w / p)
+    while left > 0 and not (cur + left <= lim and w <= (lim - cur - left) * p) do left = left - 1 end
+    if left < 0 then left = 0 end
+    if left >= lim then return left, 0 end
+    return left, wwait(cur, prev, off, p, lim, left + 1)
   end
 end
 local least = tonumber(ARGV[3 * n + 2])
@@ -169,7 +169,11 @@ for i = 1, n do
       local key, cut = KEYS[i], now - p
       local head = redis.call('ZRANGE', key, '0', '1')
       local stale, count = 0, 0
-      while stale < #head and log_at(head[stale + 1]) <= cut do stale = stale + 1 end
+      while stale < #head do
+        local m = head[stale + 1]
+        if (tonumber(m) or log_at(m)) > cut then break end
+        stale = stale + 1
+      end
       if stale < #head then
         count = (#head < 2 and #head or redis.call('ZCARD', key)) - stale
       elseif #head == 2 then
@@ -268,9 +272,7 @@ for i = 1, n do
                      'PX', math.ceil((st[5] + 2 * p - now) / 1000) + 1)
         end
       end
-      local left = wleft(cur, prev, off, p, lim)
-      result[4 + 2 * i] = left
-      result[5 + 2 * i] = wreset(cur, prev, off, p, lim, left)
+      result[4 + 2 * i], result[5 + 2 * i] = wview(cur, prev, off, p, lim)
     end
   end
 end
