@@ -32,8 +32,8 @@ for i = 1, n do
   end
 end
 local sliding = has_log or has_win
--- Every time a sliding branch sends Redis is a string made once: Redis formats a Lua
--- number argument itself, and '%d' is exact (times are whole us, far below 2^53) and
+-- Every timestamp a sliding branch sends Redis is a string made once: Redis formats a
+-- Lua number argument itself, and '%d' is exact (times are whole us, far below 2^53) and
 -- cheaper than '%.0f'. A sliding limit's state between the two loops, slide[i], is an
 -- array (cheaper than fields): {true, ok, p, N, count, k, at, cut, head, stale} for the
 -- log, {false, ok, p, N, start, cur, prev, offset} for the weighted window.
@@ -260,7 +260,7 @@ for i = 1, n do
         result[5 + 2 * i] = p  -- the oldest entry is this decision's
       elseif k == st[6] then  -- the denial's lookup found it already
         result[5 + 2 * i] = st[7] + p - now
-      else  -- (written, k is 1: the oldest in the window before, still found by the head)
+      else  -- (after a write k is 1: the oldest in the window before it, from the head)
         result[5 + 2 * i] = log_kth(key, st, k) + p - now
       end
     else
