@@ -22,7 +22,8 @@
 --   holders died or stopped extending them) and removed by this call.
 -- Writes every limit's state when all limits allow; only the enforcing limits' when just
 -- the shadow limits deny (the hypothetical denial consumes nothing); otherwise nothing.
--- The sliding log is a ZSET of admission times (score, us), one entry per unit; the
+-- The sliding log is a ZSET of admission times (score, us), one entry per unit, each
+-- member the time's digits (a cost's k-th unit "<time>:k"; salted on a collision); the
 -- weighted window a string "start:cur:prev". Their arithmetic is django_gcra/sliding.py's.
 local cost = tonumber(ARGV[1])
 local t = redis.call('TIME')
@@ -41,20 +42,62 @@ for i = 1, n do
   end
 end
 local sliding = has_log or has_win
-local us, unpk, log_nth, fits, earliest, wwait, wleft, wreset
+-- Every timestamp a sliding branch sends Redis is a string made once: Redis formats a
+-- Lua number argument itself, and '%d' is exact (times are whole us, far below 2^53) and
+-- cheaper than '%.0f'. A sliding limit's state between the two loops, slide[i], is an
+-- array (cheaper than fields): {true, ok, p, N, count, k, at, cut, head, stale} for the
+-- log, {false, ok, p, N, start, cur, prev, offset} for the weighted window.
+local fmt, nows, unpk, log_at, log_kth, log_add, fits, earliest, wwait, wview
 if sliding then
-  us = function(x) return string.format('%.0f', x) end
+  fmt = string.format
 end
 if has_log then
   unpk = unpack or table.unpack  -- Lua 5.1 (Redis); 5.2+ elsewhere (fakeredis)
-  -- The sliding log: entries in the window are those after now - period.
-  log_nth = function(key, since, k)  -- the k-th oldest entry's time in the window
-    local e = redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
-    return tonumber(e[2])
+  nows = fmt('%d', now)  -- the score, and the member, of this call's entries
+  -- The sliding log: entries in the window are those after cut = now - period. An
+  -- entry's time is its member's leading digits (WITHSCORES would have Redis format each
+  -- score, about a microsecond apiece).
+  log_at = function(m) return tonumber(m) or tonumber(string.match(m, '^(%d+):')) end
+  log_kth = function(key, st, k)  -- the k-th oldest entry's time in the window
+    local e
+    if st[10] then  -- the first `stale` entries by rank have left: rank stale + k - 1
+      local r = st[10] + k
+      if r <= #st[9] then return log_at(st[9][r]) end
+      r = fmt('%d', r - 1)
+      e = redis.call('ZRANGE', key, r, r)
+    else
+      e = redis.call('ZRANGEBYSCORE', key, '(' .. fmt('%d', st[8]), '+inf', 'LIMIT',
+                     k == 1 and '0' or fmt('%d', k - 1), '1')
+    end
+    return log_at(e[1])
+  end
+  -- cost entries at now, members nows, nows:2 .. nows:cost. Members are unique while
+  -- Redis time does not step back; if ZADD adds fewer (an entry at this very us: a clock
+  -- that stepped back), the rest are salted with the count, above any earlier one's.
+  log_add = function(key, count)
+    local j, salt = 0, 0
+    if cost == 1 then  -- the usual case: no table, no unpack
+      j = redis.call('ZADD', key, nows, nows)
+      salt = 1 - j
+    end
+    while j < cost and salt < 4 do
+      local args, from = {}, j
+      for k = from + 1, math.min(cost, from + 1000) do  -- unpack() takes a few thousand values
+        args[#args + 1] = nows
+        if salt > 0 then
+          args[#args + 1] = nows .. ':' .. (count + k) .. ':' .. salt
+        else
+          args[#args + 1] = k == 1 and nows or nows .. ':' .. k
+        end
+      end
+      j = from + redis.call('ZADD', key, unpk(args))
+      if j == from + #args / 2 then salt = 0 else salt = salt + 1 end
+    end
   end
 end
 if has_win then
-  -- The weighted window (see sliding.py: _fits, _earliest, window_wait, window_remaining).
+  -- The weighted window (see sliding.py: _fits, _earliest, window_wait, window_remaining,
+  -- window_reset).
   fits = function(cur, prev, off, p, lim, need)
     return cur + need <= lim and prev * (p - off) <= (lim - cur - need) * p
   end
@@ -77,14 +120,13 @@ if has_win then
     if y < p then return p - off + y end
     return 2 * p - off
   end
-  wleft = function(cur, prev, off, p, lim)
-    local r = lim - cur - math.ceil(prev * (p - off) / p)
-    while r > 0 and not fits(cur, prev, off, p, lim, r) do r = r - 1 end
-    return math.max(0, r)
-  end
-  wreset = function(cur, prev, off, p, lim, left)
-    if left >= lim then return 0 end
-    return wwait(cur, prev, off, p, lim, left + 1)
+  wview = function(cur, prev, off, p, lim)  -- remaining, reset: fits() inlined, w its weight
+    local w = prev * (p - off)
+    local left = lim - cur - math.ceil(w / p)
+    while left > 0 and not (cur + left <= lim and w <= (lim - cur - left) * p) do left = left - 1 end
+    if left < 0 then left = 0 end
+    if left >= lim then return left, 0 end
+    return left, wwait(cur, prev, off, p, lim, left + 1)
   end
 end
 local least = tonumber(ARGV[3 * n + 2])
@@ -146,16 +188,34 @@ for i = 1, n do
     local f = tonumber(flag)
     local p, lim = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])
     enforce = f % 2 == 1
-    local st = {log = f < 4, p = p, lim = lim}
-    slide[i] = st
-    if st.log then
-      st.since = '(' .. us(now - p)
-      st.count = redis.call('ZCOUNT', KEYS[i], st.since, '+inf')
+    if f < 4 then
+      -- The 2 oldest entries tell how many have left the window (then the count is ZCARD's,
+      -- O(1), less those, and the oldest in the window is known), unless both have: ZCOUNT.
+      local key, cut = KEYS[i], now - p
+      local head = redis.call('ZRANGE', key, '0', '1')
+      local stale, count = 0, 0
+      while stale < #head do
+        local m = head[stale + 1]
+        if (tonumber(m) or log_at(m)) > cut then break end
+        stale = stale + 1
+      end
+      if stale < #head then
+        count = (#head < 2 and #head or redis.call('ZCARD', key)) - stale
+      elseif #head == 2 then
+        stale = false  -- (unknown)
+        count = redis.call('ZCOUNT', key, '(' .. fmt('%d', cut), '+inf')
+      end  -- (else the one entry there is has left: the count is 0)
+      -- k, at: a denial's lookup (the k-th oldest entry in the window is at `at`)
+      local st = {true, false, p, lim, count, false, false, cut, head, stale}
+      slide[i] = st
       if cost > lim then
         status, retry = -1, 1e300
-      elseif st.count + cost > lim then
-        status, retry = 0, log_nth(KEYS[i], st.since, st.count + cost - lim) + p - now
+      elseif count + cost > lim then
+        local k = count + cost - lim
+        st[6], st[7] = k, log_kth(key, st, k)
+        status, retry = 0, st[7] + p - now
       end
+      st[2] = status == 1
     else
       local start = now - math.fmod(now, p)
       local s, cur, prev, off = start, 0, 0, now - start
@@ -170,14 +230,13 @@ for i = 1, n do
           prev = tonumber(cc)
         end
       end
-      st.s, st.cur, st.prev, st.off = s, cur, prev, off
       if cost > lim then
         status, retry = -1, 1e300
       elseif not fits(cur, prev, off, p, lim, cost) then
         status, retry = 0, wwait(cur, prev, off, p, lim, cost)
       end
+      slide[i] = {false, status == 1, p, lim, s, cur, prev, off}
     end
-    st.ok = status == 1
   end
   if status ~= 1 then
     if denials then denials[i] = retry end  -- [shaping]
@@ -247,48 +306,38 @@ for i = 1, n do
     result[4 + 2 * i] = math.max(0, math.floor((now + tolerance - stored) / interval))
     result[5 + 2 * i] = stored - now
   else
-    local write = enforced == 1 and st.ok and (would == 1 or tonumber(flag) % 2 == 1)
-    local p, lim = st.p, st.lim
-    if st.log then
-      local count = st.count
+    local write = enforced == 1 and st[2] and (would == 1 or tonumber(flag) % 2 == 1)
+    local p, lim = st[3], st[4]
+    if st[1] then
+      local count, key = st[5], KEYS[i]
       if write and cost > 0 then
-        local key = KEYS[i]
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', us(now - p))
-        -- Members are unique while Redis time does not step back; if it did, salt them.
-        local j, salt = 0, 0
-        while j < cost and salt < 4 do
-          local args, from = {}, j
-          for k = from + 1, math.min(cost, from + 1000) do  -- unpack() takes a few thousand values
-            args[#args + 1] = now
-            args[#args + 1] = us(now) .. ':' .. (count + k) .. (salt > 0 and ':' .. salt or '')
-          end
-          j = from + redis.call('ZADD', key, unpk(args))
-          if j == from + #args / 2 then salt = 0 else salt = salt + 1 end
-        end
+        if st[10] ~= 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', st[8])) end
+        log_add(key, count)
         redis.call('PEXPIRE', key, math.ceil(p / 1000) + 1)
       end
       if write then count = count + cost end
       local left = math.max(0, lim - count)
       result[4 + 2 * i] = left
+      local k = count - lim + left + 1  -- one more unit is free when the k-th oldest leaves
       if count == 0 then
         result[5 + 2 * i] = 0
-      elseif write and st.count == 0 then
+      elseif write and st[5] == 0 then
         result[5 + 2 * i] = p  -- the oldest entry is this decision's
-      else
-        result[5 + 2 * i] = log_nth(KEYS[i], st.since, count - lim + left + 1) + p - now
+      elseif k == st[6] then  -- the denial's lookup found it already
+        result[5 + 2 * i] = st[7] + p - now
+      else  -- (after a write k is 1: the oldest in the window before it, from the head)
+        result[5 + 2 * i] = log_kth(key, st, k) + p - now
       end
     else
-      local cur, prev, off = st.cur, st.prev, st.off
+      local cur, prev, off = st[6], st[7], st[8]
       if write then
         cur = cur + cost
         if cost > 0 then
-          redis.call('SET', KEYS[i], string.format('%s:%d:%d', us(st.s), cur, prev),
-                     'PX', math.ceil((st.s + 2 * p - now) / 1000) + 1)
+          redis.call('SET', KEYS[i], fmt('%d:%d:%d', st[5], cur, prev),
+                     'PX', math.ceil((st[5] + 2 * p - now) / 1000) + 1)
         end
       end
-      local left = wleft(cur, prev, off, p, lim)
-      result[4 + 2 * i] = left
-      result[5 + 2 * i] = wreset(cur, prev, off, p, lim, left)
+      result[4 + 2 * i], result[5 + 2 * i] = wview(cur, prev, off, p, lim)
     end
   end
 end
