@@ -213,30 +213,16 @@ def _parse_concurrency(where: str, raw: Any, custom: Mapping[str, Any],
             problems.append(Problem(Codes.BAD_CONCURRENCY, f"{label} must be a dict."))
             continue
         _unknown_keys(label, item, CONCURRENCY_KEYS, problems)
-        ok = True
         name = item.get("name")
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
-            problems.append(Problem(Codes.BAD_NAME, f"{label} has an invalid name {name!r}.",
-                                    "Use 1-64 letters, digits, '_', '.' or '-'."))
+        ok = _name_ok(label, name, problems)
+        key = _key_of(label, item.get("key"), custom, Codes.BAD_CONCURRENCY_KEY, problems, empty_ok=True,
+                      hint="[] protects capacity (one limit for everyone, 503 when full); "
+                           "['tenant'] limits each tenant (429 when full).")
+        if key is None:
             ok = False
-        key = item.get("key")
-        if isinstance(key, str):
-            key = [key]
-        if not isinstance(key, (list, tuple)) or not all(isinstance(k, str) for k in key):
-            problems.append(Problem(Codes.BAD_CONCURRENCY_KEY, f"{label} needs 'key': a list of descriptor names.",
-                                    "[] protects capacity (one limit for everyone, 503 when full); "
-                                    "['tenant'] limits each tenant (429 when full)."))
+        elif len(set(key)) != len(key):
+            problems.append(Problem(Codes.BAD_CONCURRENCY_KEY, f"{label} names a descriptor twice in 'key'."))
             ok = False
-        else:
-            for descriptor in key:
-                if not is_known_descriptor(descriptor, custom):
-                    problems.append(Problem(
-                        Codes.BAD_CONCURRENCY_KEY, f"{label} uses unknown descriptor {descriptor!r}.",
-                        "Use ip, user, method, route, header:<Name>, or a name from DJANGO_GCRA['DESCRIPTORS']."))
-                    ok = False
-            if len(set(key)) != len(key):
-                problems.append(Problem(Codes.BAD_CONCURRENCY_KEY, f"{label} names a descriptor twice in 'key'."))
-                ok = False
         most = item.get("max")
         if not is_int(most, 1, MAX_CONCURRENCY):
             problems.append(Problem(Codes.BAD_CONCURRENCY_MAX, f"{label} has max {most!r}.",
@@ -252,7 +238,7 @@ def _parse_concurrency(where: str, raw: Any, custom: Mapping[str, Any],
             ok = False
         mode = _choice(label, item, "mode", MODES, "enforce", problems)
         if ok:
-            found.append(Concurrency(str(name), tuple(key), int(most), float(ttl), mode))  # type: ignore[arg-type]
+            found.append(Concurrency(str(name), key, int(most), float(ttl), mode))  # type: ignore[arg-type]
     return found if len(found) == len(raw) else None
 
 
@@ -267,30 +253,41 @@ def build_policy(name: str, raw: Any, custom: Mapping[str, Any], where: str) -> 
     return policy
 
 
+def _name_ok(where: str, name: Any, problems: list[Problem]) -> bool:
+    if isinstance(name, str) and _NAME.fullmatch(name):
+        return True
+    problems.append(Problem(Codes.BAD_NAME, f"{where} has an invalid name {name!r}.",
+                            "Use 1-64 letters, digits, '_', '.' or '-'."))
+    return False
+
+
+def _key_of(where: str, key: Any, custom: Mapping[str, Any], code: str, problems: list[Problem], *,
+            empty_ok: bool, hint: str | None = None) -> tuple[str, ...] | None:
+    """A limit's ``key`` as a tuple of known descriptor names (a lone string is one); None,
+    with the problems, when it is not."""
+    if isinstance(key, str):
+        key = [key]
+    if not isinstance(key, (list, tuple)) or not (key or empty_ok) or not all(isinstance(k, str) for k in key):
+        a_list = "a list" if empty_ok else "a non-empty list"
+        problems.append(Problem(code, f"{where} needs 'key': {a_list} of descriptor names.", hint))
+        return None
+    unknown = [d for d in key if not is_known_descriptor(d, custom)]
+    for descriptor in unknown:
+        problems.append(Problem(code, f"{where} uses unknown descriptor {descriptor!r}.", "Use ip, user, method, "
+                                "route, header:<Name>, or a name from DJANGO_GCRA['DESCRIPTORS']."))
+    return None if unknown else tuple(key)
+
+
 def _parse_limit(where: str, raw: Any, custom: Mapping[str, Any], problems: list[Problem]) -> Limit | None:
     if not isinstance(raw, Mapping):
         problems.append(Problem(Codes.NOT_A_DICT, f"{where} must be a dict."))
         return None
-    ok = True
     _unknown_keys(where, raw, LIMIT_KEYS, problems)
     name = raw.get("name")
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        problems.append(Problem(Codes.BAD_NAME, f"{where} has an invalid name {name!r}.",
-                                "Use 1-64 letters, digits, '_', '.' or '-'."))
+    ok = _name_ok(where, name, problems)
+    key = _key_of(where, raw.get("key"), custom, Codes.BAD_KEY, problems, empty_ok=False)
+    if key is None:
         ok = False
-    key = raw.get("key")
-    if isinstance(key, str):
-        key = [key]
-    if not isinstance(key, (list, tuple)) or not key or not all(isinstance(k, str) for k in key):
-        problems.append(Problem(Codes.BAD_KEY, f"{where} needs 'key': a non-empty list of descriptor names."))
-        ok = False
-    else:
-        for descriptor in key:
-            if not is_known_descriptor(descriptor, custom):
-                problems.append(Problem(
-                    Codes.BAD_KEY, f"{where} uses unknown descriptor {descriptor!r}.",
-                    "Use ip, user, method, route, header:<Name>, or a name from DJANGO_GCRA['DESCRIPTORS']."))
-                ok = False
     rates = _parse_rates(where, raw.get("rate"), problems)
     burst = raw.get("burst")
     if burst is not None and not is_int(burst, 1):
@@ -317,7 +314,7 @@ def _parse_limit(where: str, raw: Any, custom: Mapping[str, Any], problems: list
         ok = _sliding_problems(where, algorithm, burst, rates, fallback, problems) and ok
     if not ok or rates is None:
         return None
-    return Limit(str(name), tuple(key), rates, burst, fallback, mode, algorithm)  # type: ignore[arg-type]
+    return Limit(str(name), key, rates, burst, fallback, mode, algorithm)  # type: ignore[arg-type]
 
 
 def _sliding_problems(where: str, algorithm: str, burst: Any, rates: dict[str | None, Rate] | None,
