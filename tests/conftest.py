@@ -66,3 +66,19 @@ def _no_tally_flusher():
 
     tally.autostart = False
     yield
+
+
+@pytest.fixture
+def save(django_capture_on_commit_callbacks):
+    """Create a LimitOverride and run its on_commit invalidation, as a real commit would."""
+    from django_gcra.models import LimitOverride
+    from django_gcra.overrides import cache
+
+    def create(**fields):
+        # A background reload reading the table would hold SQLite's shared-cache table lock
+        # (the test database is in memory): let it finish before writing.
+        cache.join(5)
+        with django_capture_on_commit_callbacks(execute=True):
+            return LimitOverride.objects.create(**fields)
+
+    return create

@@ -40,20 +40,6 @@ def policies(fake_redis, gcra_settings):
     cache.reset()
 
 
-@pytest.fixture
-def save(django_capture_on_commit_callbacks):
-    """Create an override and run its on_commit invalidation, as a real commit would."""
-
-    def create(**fields):
-        # A background reload reading the table would hold SQLite's shared-cache table lock
-        # (the test database is in memory): let it finish before writing.
-        cache.join(5)
-        with django_capture_on_commit_callbacks(execute=True):
-            return LimitOverride.objects.create(**fields)
-
-    return create
-
-
 def burst(policy="api", limit="tenant", **descriptors):
     decision = decide(policy, {"tenant": "acme", "user": None, **descriptors}, cost=0)
     state = next((s for s in decision.limits if s.name == limit), None)

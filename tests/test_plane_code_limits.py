@@ -35,16 +35,6 @@ def plane(gcra_settings, settings):
     cache.reset()
 
 
-@pytest.fixture
-def save(django_capture_on_commit_callbacks):
-    def create(**fields):
-        cache.join(5)
-        with django_capture_on_commit_callbacks(execute=True):
-            return LimitOverride.objects.create(**fields)
-
-    return create
-
-
 def statuses(path, n, **extra):
     client = Client()
     return [client.get(path, **extra).status_code for _ in range(n)]
