@@ -251,7 +251,7 @@ def test_the_console_at_1280px_form_dashboard_report_and_lists(live_server, plan
         assert any(INLINE_POLICY in text and "ip=127.0.0.1" in text and "100 %" in text for text in near), near
         page.wait_for_function("() => document.fonts.ready")
         page.screenshot(path=str(shots / "console-dashboard.png"), full_page=True)
-        assert fits(page)
+        assert fits(page), widths(page)
 
         # The shadow report: the key's share of its traffic, its paths, the limit in force, the actions.
         poll(page, f"{base}/admin/django_gcra/auditevent/shadow-report/?period=1h",

@@ -9,6 +9,7 @@ import asyncio
 import gc
 import time
 
+import django
 import pytest
 from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpResponse, StreamingHttpResponse
@@ -316,6 +317,8 @@ def test_the_test_client_and_the_middleware_release(conc, gcra_settings, client)
     assert conc.zcard(slot_key(tenant="m")) == 0
 
 
+@pytest.mark.skipif(django.VERSION < (5, 0), reason="Django 4.2's ASGI handler does not cancel a view on "
+                    "disconnect: the slot is held until the view returns (docs/howto/concurrency.md)")
 @override_settings(ROOT_URLCONF=__name__)
 def test_an_async_disconnect_cancels_the_view_and_releases(conc):
     """Django 5's ASGI handler cancels the view when the client disconnects."""

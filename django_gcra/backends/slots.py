@@ -106,6 +106,14 @@ _new_prefix()
 os.register_at_fork(after_in_child=_new_prefix)
 
 
+def _after_fork() -> None:
+    for keeper in list(keepers):  # a lock the parent's keeper held while sending stays held in the child
+        keeper._sending = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 def new_token() -> str:
     """A holder token unique to one decision, across hosts and processes (and forks)."""
     return _prefix + str(next(_counter))
@@ -150,6 +158,7 @@ class SlotKeeper:
         self._logged_at = 0.0
         self._unlogged = 0
         self._flushed_at = 0.0
+        self._sending = threading.Lock()  # held while a batch is on its way: flush() waits for it
         keepers.add(self)
 
     # -- the request side: cheap, never blocks on the network
@@ -209,7 +218,13 @@ class SlotKeeper:
         return max(0.01, wait)
 
     def flush(self) -> int:
-        """Send every queued release now, as one pipeline; the number of slots released."""
+        """Send every queued release now, as one pipeline, and return once every release
+        queued before the call has reached Redis (or failed), the background thread's batch
+        in flight included; the number of slots this call released."""
+        with self._sending:
+            return self._send()
+
+    def _send(self) -> int:
         with self._cond:
             batch = list(self._queue)
             self._queue.clear()
