@@ -107,12 +107,14 @@ regions.state.listeners.append(_plans.clear)  # new shares: new specs
 
 def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) -> Plan:
     """Resolve the policy's limits for these descriptors; raise on bad input."""
-    pol = get_policy(policy)
+    settings = get_settings()
+    pol = settings.policies.get(policy) if type(policy) is str else None
+    if pol is None:
+        pol = get_policy(policy)  # a Policy as it is; else the KeyError that names the configured policies
     if type(cost) is not int:  # bool, a subclass of int, is refused too
         raise TypeError(f"cost must be an int, not {type(cost).__name__}")
     if cost < 0:
         raise ValueError(f"cost must be >= 0, not {cost}")
-    values: dict[str, str] = {}
     tier = descriptors.get("tier")
     tier = None if tier is None else str(tier)
     memo_key: list[Any] = [pol.name, cost, tier]
@@ -122,25 +124,30 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
         except KeyError:
             raise KeyError(f"policy {pol.name!r} needs descriptor {name!r}; pass None to skip the limits that "
                            "use it") from None
-        if value is not None:
-            if type(value) is not str:
-                if type(value) is not int:
-                    raise TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
-                value = str(value)
-            values[name] = value
+        if value is not None and type(value) is not str:
+            if type(value) is not int:
+                raise TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
+            value = str(value)
         memo_key.append(value)
-    shares = regions.tick()  # the share table's version; None without REGIONS
-    if shares is not None:
-        memo_key.append(shares)
-    index = overrides.cache.get()
+    if settings.regions is not None:
+        shares = regions.tick()  # the share table's version
+        if shares is not None:
+            memo_key.append(shares)
+    cache = overrides.cache  # its fast path, inline: the index while no refresh is due
+    index = cache.index if time.monotonic() < cache.next_check else cache.get()
     if pol.name in index:  # overrides match on values and expire: resolve every time
-        return _resolve(pol, cost, values, tier, index)
+        return _resolve(pol, cost, _values(pol, memo_key), tier, index)
     key = tuple(memo_key)
-    found = _plans.get(key, pol)
-    if found is None:
-        found = _resolve(pol, cost, values, tier, index)
+    found = _plans.plans.get(key)  # PlanMemo.get, inline
+    if found is None or found.policy is not pol:
+        found = _resolve(pol, cost, _values(pol, memo_key), tier, index)
         _plans.put(key, found)
     return found
+
+
+def _values(pol: Policy, memo_key: list[Any]) -> dict[str, str]:
+    """The descriptor values of a plan's memo key (its values follow name, cost and tier), Nones left out."""
+    return {name: value for name, value in zip(pol.descriptors, memo_key[3:]) if value is not None}
 
 
 def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, index: overrides.Index) -> Plan:

@@ -126,10 +126,23 @@ def store_backend(alias: str | None = None) -> RedisBackend:
     return backend
 
 
+# id(policy) -> (policy, leases.generation, backend): one dict lookup per decision; the
+# entry holds the policy, so its id is not reused while it is there.
+_for_policy: dict[int, tuple[Policy, int, Backend]] = {}
+
+
 def backend_for(policy: Policy) -> Backend:
     """The backend that decides ``policy``: the store of its ``cache_alias`` (default
     ``CACHE_ALIAS``), behind local leases when the policy has a ``lease``."""
-    return leases.leasing_backend(store_backend(policy.cache_alias), policy)
+    found = _for_policy.get(id(policy))
+    if found is not None and found[0] is policy and found[1] == leases.generation:
+        return found[2]
+    built_in = leases.generation
+    backend = leases.leasing_backend(store_backend(policy.cache_alias), policy)
+    if len(_for_policy) > 1000:  # policies built per call (code, not settings): stay bounded
+        _for_policy.clear()
+    _for_policy[id(policy)] = (policy, built_in, backend)
+    return backend
 
 
 def in_event_loop() -> bool:
@@ -165,3 +178,4 @@ def _forget() -> None:
         _async.clear()
         _backends.clear()
         _endpoints.clear()
+        _for_policy.clear()

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -88,6 +89,7 @@ class Tally:
         self.listed_count = 0
         self.pending_near: dict[tuple[str, str, str], tuple[float, dict[str, str]]] = {}
         self._thread: threading.Thread | None = None
+        self._started_in = 0  # the pid that started the thread: a forked child starts its own
         self._stop = threading.Event()
 
     def count(self, decision: Decision) -> None:
@@ -116,7 +118,7 @@ class Tally:
             for state in decision.limits:
                 if state.burst > 0 and state.remaining <= (1 - NEAR_SHARE) * state.burst:  # most stop here
                     self._near(decision, state.name, (state.burst - state.remaining) / state.burst)
-        if self.autostart and (self._thread is None or not self._thread.is_alive()):
+        if self.autostart and self._started_in != os.getpid():  # the thread's loop never raises: it runs until stop()
             self._start()
 
     def _list(self, decision: Decision) -> None:
@@ -152,6 +154,7 @@ class Tally:
             if not self._stop.is_set() and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._run, name="gcra-tally", daemon=True)
                 self._thread.start()
+            self._started_in = os.getpid()
 
     def _run(self) -> None:
         while not self._stop.wait(_interval()):
