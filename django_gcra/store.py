@@ -25,7 +25,7 @@ from django.conf import settings as django_settings
 
 from . import leases
 from .backends import Backend
-from .backends.breaker import CLOSED, CircuitBreaker, breaker_for
+from .backends.breaker import CLOSED, CircuitBreaker, _breakers, breaker_for
 from .backends.clients import Timeouts, build_async_client, build_sync_client, endpoint_name
 from .backends.cluster import node_of
 from .backends.redis import RedisBackend
@@ -110,9 +110,22 @@ def endpoint_for(alias: str, key: str) -> str:
     return _endpoint(alias)
 
 
+# alias -> (its sync client then, the breaker of its configured server): a decision not on
+# Redis Cluster finds its breaker with two dict lookups.
+_alias_breakers: dict[str, tuple[Any, CircuitBreaker]] = {}
+
+
 def _breaker_of(alias: str, key: str) -> CircuitBreaker:
+    client = _sync.get(alias)
+    found = _alias_breakers.get(alias)
+    if found is not None and found[0] is client and _breakers.get(found[1].endpoint) is found[1]:
+        return found[1]  # same client (or still none), and the breaker not reset since
     config = get_settings().breaker
-    return breaker_for(endpoint_for(alias, key), config.failures, config.cooldown)
+    endpoint = endpoint_for(alias, key)
+    breaker = breaker_for(endpoint, config.failures, config.cooldown)
+    if not isinstance(client, redis.cluster.RedisCluster):  # not a cluster node's: the same for every key
+        _alias_breakers[alias] = (client, breaker)
+    return breaker
 
 
 def store_backend(alias: str | None = None) -> RedisBackend:
@@ -179,3 +192,4 @@ def _forget() -> None:
         _backends.clear()
         _endpoints.clear()
         _for_policy.clear()
+        _alias_breakers.clear()
