@@ -62,6 +62,8 @@ MINUTE_TTL = 3 * HOUR
 HOUR_TTL = 32 * 86400
 SEP = "\x1f"
 NEAR_SHARE = 0.8  # used share of the burst from which an allowed decision's key is "near its quota"
+_FAR_SHARE = 1 - NEAR_SHARE  # the remaining share below which it is
+_NONE_KEYED: list[tuple[str, str, str]] = []  # no key is listed: never appended to
 MAX_NEAR = 256  # near keys one process holds between flushes
 NEAR_KEPT = 50  # near keys kept per hour bucket in Redis (the highest shares)
 LISTING = frozenset({"denied", "shadow_denied", "fallback_denied"})
@@ -95,8 +97,9 @@ class Tally:
     def count(self, decision: Decision) -> None:
         outcome = outcome_of(decision)
         policy = decision.policy
-        keyed: list[tuple[str, str, str]] = []
+        keyed: list[tuple[str, str, str]] = _NONE_KEYED
         if self.listed:
+            keyed = []
             config = catalog.find(policy)
             for limit in config.limits if config else ():
                 listed = self.listed.get((policy, limit.name))
@@ -105,18 +108,19 @@ class Tally:
                     if key in listed:
                         keyed.append((policy, limit.name, key))
         with self.lock:
+            pending = self.pending
             for state in decision.limits:
                 field = (policy, state.name, "seen")
-                self.pending[field] = self.pending.get(field, 0) + 1
+                pending[field] = pending.get(field, 0) + 1
             field = (policy, decision.limit, outcome)
-            self.pending[field] = self.pending.get(field, 0) + 1
+            pending[field] = pending.get(field, 0) + 1
             for field in keyed:
                 self.pending_keys[field] = self.pending_keys.get(field, 0) + 1
         if outcome in LISTING and decision.limit:
             self._list(decision)
         elif outcome == "allowed":
             for state in decision.limits:
-                if state.burst > 0 and state.remaining <= (1 - NEAR_SHARE) * state.burst:  # most stop here
+                if state.burst > 0 and state.remaining <= _FAR_SHARE * state.burst:  # most stop here
                     self._near(decision, state.name, (state.burst - state.remaining) / state.burst)
         if self.autostart and self._started_in != os.getpid():  # the thread's loop never raises: it runs until stop()
             self._start()

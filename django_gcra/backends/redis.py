@@ -45,6 +45,7 @@ def _counts_against_endpoint(exc: BaseException) -> bool:
         return False
     return not isinstance(exc, ResponseError) or isinstance(exc, _ENDPOINT_RESPONSE_ERRORS)
 
+_new = tuple.__new__
 SCRIPT = files(__package__).joinpath("gcra.lua").read_text(encoding="utf-8")
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
 
@@ -88,12 +89,12 @@ def parse_reply(reply: Sequence[Any], take: bool = False, shaping: bool = False,
     if take:  # the script appended the units it decided on
         units = rest.pop()
         granted = units if enforced == ALLOWED else 0
-    return Outcome(
+    return _new(Outcome, (  # tuple.__new__ with every field: the named tuple's __new__ is one more frame
         enforced, would,
         None if retry < 0 else retry,
         None if enforced == ALLOWED and would == ALLOWED else binding - 1,
-        now, tuple(rest[0::2]), tuple(rest[1::2]), granted, waited,
-    )
+        now, tuple(rest[0::2]), tuple(rest[1::2]), granted, waited, None,
+    ))
 
 
 def run_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
