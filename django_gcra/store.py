@@ -39,6 +39,7 @@ _lock = threading.Lock()
 _sync: dict[str, Any] = {}
 _async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = weakref.WeakKeyDictionary()
 _backends: dict[str, RedisBackend] = {}
+_last_loop: list[Any] = [None, None]  # the event loop of the last async call and its clients (_async[loop])
 _endpoints: dict[str, str] = {}
 
 
@@ -77,7 +78,11 @@ def limiter_client(alias: str) -> Any:
 
 def limiter_async_client(alias: str) -> Any | None:
     """A native asyncio client for ``alias``, one per event loop; None: use a thread."""
-    per_loop = _async.setdefault(asyncio.get_running_loop(), {})
+    loop = asyncio.get_running_loop()
+    per_loop = _last_loop[1] if _last_loop[0] is loop else None  # the loop of the last call: no weak lookup
+    if per_loop is None:
+        per_loop = _async.setdefault(loop, {})
+        _last_loop[:] = (loop, per_loop)
     if alias not in per_loop:
         per_loop[alias] = build_async_client(_cache_client(alias), _timeouts(),
                                              functools.partial(_setup_failed, alias))
@@ -189,6 +194,7 @@ def _forget() -> None:
     with _lock:
         _sync.clear()
         _async.clear()
+        _last_loop[:] = (None, None)
         _backends.clear()
         _endpoints.clear()
         _for_policy.clear()

@@ -10,6 +10,7 @@ is not counted here)."""
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Callable, Coroutine, Sequence
 from importlib.resources import files
 from typing import Any
@@ -70,6 +71,17 @@ def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None,
     elif least is not None:
         args.append(least)
     return args
+
+
+_key_of = operator.itemgetter(0)  # LimitSpec.key
+
+
+def _token_for(specs: Sequence[LimitSpec]) -> str | None:
+    """A new holder token when ``specs`` has a concurrency limit, else None."""
+    for spec in specs:
+        if spec.algorithm == CONCURRENCY:
+            return new_token()
+    return None
 
 
 def concurrency_of(specs: Sequence[LimitSpec]) -> tuple[int, ...]:
@@ -140,6 +152,7 @@ class RedisBackend(Backend):
         self.get_async_client = get_async_client
         self.breaker_of = breaker_of
         self._keeper: SlotKeeper | None = None
+        self._last_mux: tuple[Any, Multiplexer | None] = (None, None)  # the last async client and its multiplexer
 
     @property
     def keeper(self) -> SlotKeeper:
@@ -194,9 +207,9 @@ class RedisBackend(Backend):
         return self._arun(specs, most, least)
 
     def _run(self, specs: Sequence[LimitSpec], cost: int, least: int | None, max_wait: int = 0) -> Outcome:
-        keys = [s.key for s in specs]
+        keys = [*map(_key_of, specs)]
         breaker = self._breaker(keys)
-        token = new_token() if any(s.algorithm == CONCURRENCY for s in specs) else None
+        token = _token_for(specs)
         try:
             reply = run_script(self.get_client(), keys, script_args(specs, cost, least, max_wait, token))
         except _STORE_ERRORS as exc:
@@ -206,7 +219,7 @@ class RedisBackend(Backend):
         return self._outcome(reply, specs, cost, least, max_wait, token)
 
     async def _arun(self, specs: Sequence[LimitSpec], cost: int, least: int | None, max_wait: int = 0) -> Outcome:
-        keys = [s.key for s in specs]
+        keys = [*map(_key_of, specs)]
         try:
             client = self.get_async_client() if self.get_async_client else None
         except _STORE_ERRORS as exc:
@@ -216,8 +229,13 @@ class RedisBackend(Backend):
                 return await super().aevaluate(specs, cost, max_wait)
             return await super().atake(specs, cost, least)
         breaker = self._breaker(keys)
-        mux = multiplexer_for(client)
-        token = new_token() if any(s.algorithm == CONCURRENCY for s in specs) else None
+        last = self._last_mux
+        if last[0] is client:
+            mux = last[1]
+        else:
+            mux = multiplexer_for(client)
+            self._last_mux = (client, mux)
+        token = _token_for(specs)
         try:
             if mux is None:
                 reply = await arun_script(client, keys, script_args(specs, cost, least, max_wait, token))
