@@ -136,12 +136,52 @@ def cold_interleaved(client, args) -> None:
         print(f"  {path:<6} x plain {statistics.median(r):.3f} [{min(r):.3f}-{max(r):.3f}]")
 
 
+def hot_interleaved(client, args) -> None:
+    """The hot key again (the "under" limit), the paths alternating decision by decision
+    with the bare script (each call timed on its own), so a change in the machine's load
+    hits every path alike: per round, the bare script's summed time over a path's summed
+    time is that path's same-run ratio with the least noise."""
+    from django_gcra import decide
+
+    clock = time.perf_counter_ns
+    script = client.register_script(BARE_SCRIPT)
+    paths = {path: f"under-{path.replace('=', '').replace('+', '-')}" for path in PATHS}
+    ratios: dict[str, list[float]] = {path: [] for path in paths}
+    per = max(1, min(args.max_decisions, 5000))
+    for round_ in range(args.rounds):
+        keys, bare_args = [f"bare:{{mix{round_}}}"], [1, 1000, 1]
+        script(keys=keys, args=bare_args)
+        descriptors = {"ip": f"mixhot{round_}"}
+        for policy in paths.values():
+            decide(policy, descriptors, cost=0)  # connect, off the clock
+        spent = dict.fromkeys(paths, 0)
+        bare = 0
+        for _ in range(per):
+            before = clock()
+            script(keys=keys, args=bare_args)
+            bare += clock() - before
+            for path, policy in paths.items():
+                before = clock()
+                decide(policy, descriptors)
+                spent[path] += clock() - before
+        for path in paths:
+            ratios[path].append(bare / spent[path])
+        time.sleep(0.05)  # let background prefetches settle between rounds
+    print(f"\nhot key, the paths alternating decision by decision with the bare script ({per} decisions per path "
+          f"and round, {args.rounds} rounds): x bare decisions/s, median [min-max] of the rounds")
+    for path in paths:
+        r = ratios[path]
+        print(f"  {path:<9} x bare {statistics.median(r):5.1f} [{min(r):.1f}-{max(r):.1f}]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=0.5, help="per path and round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds over every path (medians are shown)")
     parser.add_argument("--max-decisions", type=int, default=200_000)
     parser.add_argument("--cold-only", action="store_true", help="only the cold-key scenario")
+    parser.add_argument("--interleaved-only", action="store_true",
+                        help="only the interleaved runs (hot key against the bare script, cold keys against plain)")
     args = parser.parse_args()
     server = start_redis()
     try:
@@ -154,7 +194,7 @@ def main() -> None:
               "elapsed x rate + 1 per round, capped at the decisions; decisions/s: median of rounds; x plain, x bare: "
               "median [min-max] of the per-round ratios to decide() unleased and to the bare script)")
         bare: list[float] = [0.0]
-        for scenario in () if args.cold_only else ("under", "over"):
+        for scenario in () if args.cold_only or args.interleaved_only else ("under", "over"):
             # The machine is shared and its load moves: every round runs all paths back to
             # back, speed-ups are taken within a round, and the medians are shown.
             rows: dict[str, list[tuple[int, int, int, float]]] = {path: [] for path in PATHS}
@@ -183,8 +223,15 @@ def main() -> None:
                       f"{target:>8} {rate:>11.0f} {statistics.median(ratios[path]):>7.1f}x {statistics.median(b):>7.1f}x "
                       f"[{min(b):.1f}-{max(b):.1f}]")
         bare = bare[1:] or [0.0]
-        print(f"bare script: {statistics.median(bare):,.0f} decisions/s (median) [{min(bare):,.0f}-{max(bare):,.0f}]; "
-              "targets (under, +pre): L=50 >= 20x bare, L=10 >= 6x bare")
+        if not (args.cold_only or args.interleaved_only):
+            print(f"bare script: {statistics.median(bare):,.0f} decisions/s (median) [{min(bare):,.0f}-{max(bare):,.0f}]; "
+                  "targets (under, +pre): L=50 >= 20x bare, L=10 >= 6x bare")
+        if args.interleaved_only:
+            hot_interleaved(client, args)
+            cold_interleaved(client, args)
+            return
+        if not args.cold_only:
+            hot_interleaved(client, args)
         cold_rounds(client, args)
         cold_interleaved(client, args)
         from django_gcra.leases import lease_stats

@@ -22,6 +22,7 @@ from .policy import Lease, Policy
 __all__ = ["LeaseCollector", "LeaseStats", "LeasingBackend", "lease_stats", "leasing_backend", "reset_leases"]
 
 _wrappers: dict[tuple[int, str, Lease], LeasingBackend] = {}
+generation = 0  # moved by every reset: a backend memoized under an older number is stale (store.backend_for)
 _wrappers_lock = threading.Lock()
 
 
@@ -73,15 +74,18 @@ def lease_stats() -> dict[str, LeaseStats]:
 @on_change
 def reset_leases() -> None:
     """Forget every lease and counter in this process (tests; a changed configuration)."""
+    global generation
     with _wrappers_lock:
+        generation += 1
         _wrappers.clear()
         _by_policy.clear()
 
 
 def _forget_in_child() -> None:
     # A forked worker must not spend the units its parent holds: both would admit them.
-    global _wrappers_lock
+    global _wrappers_lock, generation
     _wrappers_lock = threading.Lock()
+    generation += 1
     _wrappers.clear()
     _by_policy.clear()
 

@@ -28,6 +28,7 @@ from .validation import max_wait_problem
 
 __all__ = ["adecide", "backend_for", "decide", "get_policy", "plan"]
 
+_new = tuple.__new__
 UNAVAILABLE_RETRY_AFTER = 1.0  # seconds a client is asked to wait when failing closed
 
 
@@ -108,6 +109,20 @@ def _to_decision(p: Plan, outcome: Outcome | object | None, fallback: bool) -> D
         return Decision(allowed=True, retry_after=0.0, remaining=0, limit="", policy=name, cost=cost,
                         fallback=fallback, descriptors=descriptors)
     remaining, reset_after = outcome.remaining, outcome.reset_after
+    if len(remaining) == 1 and not p.slots:  # one rate limit: the hot path, no comprehension
+        pl = p.limits[0]
+        limit, least = pl.limit, remaining[0]
+        # tuple.__new__ with every field: a named tuple's own __new__ is one more Python frame.
+        reset = reset_after[0] / 1e6
+        state = _new(LimitState, (limit.name, pl.rate, pl.burst, least, reset, pl.mode, limit.algorithm))
+        allowed = outcome.enforced == ALLOWED
+        if allowed and outcome.would == ALLOWED:
+            return _new(Decision, (True, 0.0, least, limit.name, name, cost, False, fallback, False, reset, 0.0,
+                                   (state,), descriptors, outcome.waited / 1e6, False, outcome.slots))
+        retry = math.inf if outcome.retry_after is None else outcome.retry_after / 1e6
+        return _new(Decision, (allowed, 0.0 if allowed else retry, least, limit.name, name, cost, allowed, fallback,
+                               False, reset, retry if allowed else 0.0, (state,), descriptors, outcome.waited / 1e6,
+                               False, outcome.slots))
     states = tuple([
         LimitState(pl.limit.name, pl.rate, pl.burst, remaining[i], reset_after[i] / 1e6, pl.mode, pl.limit.algorithm)
         for i, pl in enumerate(p.limits)

@@ -10,7 +10,9 @@ released, refused, expired by ttl, abandoned, release failures) are read from
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from .backends.slots import stats as slot_stats
@@ -105,6 +107,17 @@ if AVAILABLE:
 _children: dict[tuple[str, str, str], Any] = {}
 
 
+def _inc_of(child: Any) -> Callable[[], None]:
+    """``child.inc`` as one call: a labelled child's own value's ``inc(1)`` when the client
+    has one (its ``inc`` checks, per call, what holds for every child: observable, amount
+    >= 0, no exemplar), else ``child.inc``."""
+    value_inc = getattr(getattr(child, "_value", None), "inc", None)
+    if callable(value_inc) and child._is_observable():
+        return functools.partial(value_inc, 1)
+    inc: Callable[[], None] = child.inc
+    return inc
+
+
 def on_decision(sender: Any, decision: Decision, **kwargs: Any) -> None:
     """Observer of every decision (``signals.observers``): count it."""
     if not AVAILABLE:
@@ -112,10 +125,10 @@ def on_decision(sender: Any, decision: Decision, **kwargs: Any) -> None:
     try:
         outcome = outcome_of(decision)
         labels = (decision.policy, decision.limit, outcome)
-        child = _children.get(labels)
-        if child is None:  # labels() costs a lock and a lookup; policies and limits are few
-            child = _children[labels] = DECISIONS.labels(*labels)
-        child.inc()
+        inc = _children.get(labels)
+        if inc is None:  # labels() costs a lock and a lookup; policies and limits are few
+            inc = _children[labels] = _inc_of(DECISIONS.labels(*labels))
+        inc()
         if decision.waited > 0:
             WAITED.labels(decision.policy, decision.limit).inc(decision.waited)
         if decision.fallback:

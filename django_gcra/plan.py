@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from . import overrides, regions
-from .algorithm import ALGORITHMS, CONCURRENCY, SLIDING_LOG, SLIDING_WINDOW
+from .algorithm import ALGORITHMS, CONCURRENCY, GCRA, SLIDING_LOG, SLIDING_WINDOW
 from .backends import LimitSpec
 from .conf import get_settings, on_change
 from .keys import build_key, escape
@@ -98,6 +98,7 @@ class PlanMemo:
 
 # A sliding limit's key names its algorithm ("~" is never in a limit name), so a limit whose
 # algorithm is changed never meets the other algorithm's state under its name.
+_new = tuple.__new__
 KEY_SUFFIX = {SLIDING_LOG: "~log", SLIDING_WINDOW: "~win", CONCURRENCY: "~conc"}
 
 _plans = PlanMemo()
@@ -107,12 +108,14 @@ regions.state.listeners.append(_plans.clear)  # new shares: new specs
 
 def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) -> Plan:
     """Resolve the policy's limits for these descriptors; raise on bad input."""
-    pol = get_policy(policy)
+    settings = get_settings()
+    pol = settings.policies.get(policy) if type(policy) is str else None
+    if pol is None:
+        pol = get_policy(policy)  # a Policy as it is; else the KeyError that names the configured policies
     if type(cost) is not int:  # bool, a subclass of int, is refused too
         raise TypeError(f"cost must be an int, not {type(cost).__name__}")
     if cost < 0:
         raise ValueError(f"cost must be >= 0, not {cost}")
-    values: dict[str, str] = {}
     tier = descriptors.get("tier")
     tier = None if tier is None else str(tier)
     memo_key: list[Any] = [pol.name, cost, tier]
@@ -122,28 +125,67 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
         except KeyError:
             raise KeyError(f"policy {pol.name!r} needs descriptor {name!r}; pass None to skip the limits that "
                            "use it") from None
-        if value is not None:
-            if type(value) is not str:
-                if type(value) is not int:
-                    raise TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
-                value = str(value)
-            values[name] = value
+        if value is not None and type(value) is not str:
+            if type(value) is not int:
+                raise TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
+            value = str(value)
         memo_key.append(value)
-    shares = regions.tick()  # the share table's version; None without REGIONS
-    if shares is not None:
-        memo_key.append(shares)
-    index = overrides.cache.get()
+    if settings.regions is not None:
+        shares = regions.tick()  # the share table's version
+        if shares is not None:
+            memo_key.append(shares)
+    cache = overrides.cache  # its fast path, inline: the index while no refresh is due
+    index = cache.index if time.monotonic() < cache.next_check else cache.get()
     if pol.name in index:  # overrides match on values and expire: resolve every time
-        return _resolve(pol, cost, values, tier, index)
+        return _resolve(pol, cost, _values(pol, memo_key), tier, index)
     key = tuple(memo_key)
-    found = _plans.get(key, pol)
-    if found is None:
-        found = _resolve(pol, cost, values, tier, index)
+    found = _plans.plans.get(key)  # PlanMemo.get, inline
+    if found is None or found.policy is not pol:
+        found = _resolve(pol, cost, _values(pol, memo_key), tier, index)
         _plans.put(key, found)
     return found
 
 
+def _values(pol: Policy, memo_key: list[Any]) -> dict[str, str]:
+    """The descriptor values of a plan's memo key (its values follow name, cost and tier), Nones left out."""
+    return {name: value for name, value in zip(pol.descriptors, memo_key[3:]) if value is not None}
+
+
+# What a policy's rate limits ask of the store at one tier, without overrides and without
+# REGIONS (every limit whole): per limit, the key's limit part and its PlannedLimit, and
+# the LimitSpec's numbers after the key. Built once per (policy, tier); a plan is then
+# its keys. By id(policy), the entry holding the policy (so its id is not reused).
+Template = tuple[tuple[Limit, str, PlannedLimit, tuple[Any, ...]], ...]
+_templates: dict[tuple[int, str | None], tuple[Policy, Template]] = {}
+on_change(_templates.clear)
+
+
+def _template(pol: Policy, tier: str | None) -> Template:
+    found = _templates.get((id(pol), tier))
+    if found is not None and found[0] is pol:
+        return found[1]
+    rows = []
+    for limit in pol.limits:
+        rate = _rate(limit, tier)
+        burst = limit.burst_for(rate)
+        mode = pol.mode_of(limit)
+        if limit.sliding:
+            code = ALGORITHMS[limit.algorithm]
+            name, tail = limit.name + KEY_SUFFIX[code], (rate.interval, rate.count, mode == "enforce", code,
+                                                         rate.period * 1_000_000)
+        else:
+            name, tail = limit.name, (rate.interval, burst, mode == "enforce", GCRA, 0)
+        rows.append((limit, name, PlannedLimit(limit, rate, burst, mode), tail))
+    template = tuple(rows)
+    if len(_templates) > 1000:  # policies built per call (code, not settings): stay bounded
+        _templates.clear()
+    _templates[(id(pol), tier)] = (pol, template)
+    return template
+
+
 def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, index: overrides.Index) -> Plan:
+    if not pol.concurrency and pol.name not in index and get_settings().regions is None:
+        return _resolve_plain(pol, cost, values, tier)
     escaped = {name: escape(value) for name, value in values.items()}
     prefix = get_settings().prefix
     shard = escaped[pol.shard] if pol.shard in escaped else pol.name
@@ -194,6 +236,23 @@ def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, i
     every = [pl.mode for pl in planned] + [ps.mode for ps in slots]
     counted = tuple(i for i, m in enumerate(every) if m == "enforce") or tuple(range(len(every)))
     return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted, tuple(slots))
+
+
+def _resolve_plain(pol: Policy, cost: int, values: dict[str, str], tier: str | None) -> Plan:
+    """``_resolve`` of rate limits only, without overrides or REGIONS: its template's keys."""
+    escaped = {name: escape(value) for name, value in values.items()}
+    prefix = get_settings().prefix
+    shard = escaped[pol.shard] if pol.shard in escaped else pol.name
+    planned, specs = [], []
+    for limit, name, pl, tail in _template(pol, tier):
+        try:
+            parts = [escaped[d] for d in limit.key]
+        except KeyError:
+            continue  # a descriptor missing for this request skips the limit (documented)
+        planned.append(pl)
+        specs.append(_new(LimitSpec, (build_key(prefix, shard, pol.name, name, parts), *tail)))
+    counted = tuple(i for i, pl in enumerate(planned) if pl.mode == "enforce") or tuple(range(len(planned)))
+    return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted, ())
 
 
 def _rate(limit: Limit, tier: str | None) -> Rate:

@@ -25,7 +25,7 @@ from django.conf import settings as django_settings
 
 from . import leases
 from .backends import Backend
-from .backends.breaker import CLOSED, CircuitBreaker, breaker_for
+from .backends.breaker import CLOSED, CircuitBreaker, _breakers, breaker_for
 from .backends.clients import Timeouts, build_async_client, build_sync_client, endpoint_name
 from .backends.cluster import node_of
 from .backends.redis import RedisBackend
@@ -39,6 +39,7 @@ _lock = threading.Lock()
 _sync: dict[str, Any] = {}
 _async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = weakref.WeakKeyDictionary()
 _backends: dict[str, RedisBackend] = {}
+_last_loop: list[Any] = [None, None]  # the event loop of the last async call and its clients (_async[loop])
 _endpoints: dict[str, str] = {}
 
 
@@ -77,7 +78,11 @@ def limiter_client(alias: str) -> Any:
 
 def limiter_async_client(alias: str) -> Any | None:
     """A native asyncio client for ``alias``, one per event loop; None: use a thread."""
-    per_loop = _async.setdefault(asyncio.get_running_loop(), {})
+    loop = asyncio.get_running_loop()
+    per_loop = _last_loop[1] if _last_loop[0] is loop else None  # the loop of the last call: no weak lookup
+    if per_loop is None:
+        per_loop = _async.setdefault(loop, {})
+        _last_loop[:] = (loop, per_loop)
     if alias not in per_loop:
         per_loop[alias] = build_async_client(_cache_client(alias), _timeouts(),
                                              functools.partial(_setup_failed, alias))
@@ -110,9 +115,22 @@ def endpoint_for(alias: str, key: str) -> str:
     return _endpoint(alias)
 
 
+# alias -> (its sync client then, the breaker of its configured server): a decision not on
+# Redis Cluster finds its breaker with two dict lookups.
+_alias_breakers: dict[str, tuple[Any, CircuitBreaker]] = {}
+
+
 def _breaker_of(alias: str, key: str) -> CircuitBreaker:
+    client = _sync.get(alias)
+    found = _alias_breakers.get(alias)
+    if found is not None and found[0] is client and _breakers.get(found[1].endpoint) is found[1]:
+        return found[1]  # same client (or still none), and the breaker not reset since
     config = get_settings().breaker
-    return breaker_for(endpoint_for(alias, key), config.failures, config.cooldown)
+    endpoint = endpoint_for(alias, key)
+    breaker = breaker_for(endpoint, config.failures, config.cooldown)
+    if not isinstance(client, redis.cluster.RedisCluster):  # not a cluster node's: the same for every key
+        _alias_breakers[alias] = (client, breaker)
+    return breaker
 
 
 def store_backend(alias: str | None = None) -> RedisBackend:
@@ -126,10 +144,23 @@ def store_backend(alias: str | None = None) -> RedisBackend:
     return backend
 
 
+# id(policy) -> (policy, leases.generation, backend): one dict lookup per decision; the
+# entry holds the policy, so its id is not reused while it is there.
+_for_policy: dict[int, tuple[Policy, int, Backend]] = {}
+
+
 def backend_for(policy: Policy) -> Backend:
     """The backend that decides ``policy``: the store of its ``cache_alias`` (default
     ``CACHE_ALIAS``), behind local leases when the policy has a ``lease``."""
-    return leases.leasing_backend(store_backend(policy.cache_alias), policy)
+    found = _for_policy.get(id(policy))
+    if found is not None and found[0] is policy and found[1] == leases.generation:
+        return found[2]
+    built_in = leases.generation
+    backend = leases.leasing_backend(store_backend(policy.cache_alias), policy)
+    if len(_for_policy) > 1000:  # policies built per call (code, not settings): stay bounded
+        _for_policy.clear()
+    _for_policy[id(policy)] = (policy, built_in, backend)
+    return backend
 
 
 def in_event_loop() -> bool:
@@ -163,5 +194,8 @@ def _forget() -> None:
     with _lock:
         _sync.clear()
         _async.clear()
+        _last_loop[:] = (None, None)
         _backends.clear()
         _endpoints.clear()
+        _for_policy.clear()
+        _alias_breakers.clear()

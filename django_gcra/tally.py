@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -61,6 +62,8 @@ MINUTE_TTL = 3 * HOUR
 HOUR_TTL = 32 * 86400
 SEP = "\x1f"
 NEAR_SHARE = 0.8  # used share of the burst from which an allowed decision's key is "near its quota"
+_FAR_SHARE = 1 - NEAR_SHARE  # the remaining share below which it is
+_NONE_KEYED: list[tuple[str, str, str]] = []  # no key is listed: never appended to
 MAX_NEAR = 256  # near keys one process holds between flushes
 NEAR_KEPT = 50  # near keys kept per hour bucket in Redis (the highest shares)
 LISTING = frozenset({"denied", "shadow_denied", "fallback_denied"})
@@ -88,13 +91,15 @@ class Tally:
         self.listed_count = 0
         self.pending_near: dict[tuple[str, str, str], tuple[float, dict[str, str]]] = {}
         self._thread: threading.Thread | None = None
+        self._started_in = 0  # the pid that started the thread: a forked child starts its own
         self._stop = threading.Event()
 
     def count(self, decision: Decision) -> None:
         outcome = outcome_of(decision)
         policy = decision.policy
-        keyed: list[tuple[str, str, str]] = []
+        keyed: list[tuple[str, str, str]] = _NONE_KEYED
         if self.listed:
+            keyed = []
             config = catalog.find(policy)
             for limit in config.limits if config else ():
                 listed = self.listed.get((policy, limit.name))
@@ -103,20 +108,21 @@ class Tally:
                     if key in listed:
                         keyed.append((policy, limit.name, key))
         with self.lock:
+            pending = self.pending
             for state in decision.limits:
                 field = (policy, state.name, "seen")
-                self.pending[field] = self.pending.get(field, 0) + 1
+                pending[field] = pending.get(field, 0) + 1
             field = (policy, decision.limit, outcome)
-            self.pending[field] = self.pending.get(field, 0) + 1
+            pending[field] = pending.get(field, 0) + 1
             for field in keyed:
                 self.pending_keys[field] = self.pending_keys.get(field, 0) + 1
         if outcome in LISTING and decision.limit:
             self._list(decision)
         elif outcome == "allowed":
             for state in decision.limits:
-                if state.burst > 0 and state.remaining <= (1 - NEAR_SHARE) * state.burst:  # most stop here
+                if state.burst > 0 and state.remaining <= _FAR_SHARE * state.burst:  # most stop here
                     self._near(decision, state.name, (state.burst - state.remaining) / state.burst)
-        if self.autostart and (self._thread is None or not self._thread.is_alive()):
+        if self.autostart and self._started_in != os.getpid():  # the thread's loop never raises: it runs until stop()
             self._start()
 
     def _list(self, decision: Decision) -> None:
@@ -152,6 +158,7 @@ class Tally:
             if not self._stop.is_set() and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._run, name="gcra-tally", daemon=True)
                 self._thread.start()
+            self._started_in = os.getpid()
 
     def _run(self) -> None:
         while not self._stop.wait(_interval()):

@@ -19,6 +19,7 @@ __all__ = ["Held", "KeyLease", "LeaseStats"]
 
 Held = tuple[int, float, int, float]  # the units of ``take_all``: (first, its expiry, second, its expiry)
 NOTHING: Held = (0, 0.0, 0, 0.0)
+_new = tuple.__new__
 
 
 @dataclass
@@ -135,8 +136,9 @@ class KeyLease:
         remaining = (interval * self.spec.burst - rested_in) // interval
         if remaining < 0:
             remaining = 0
-        if status == ALLOWED:
-            return Outcome(ALLOWED, ALLOWED, 0, None, store_now, (remaining + self.held,), (rested_in,))
+        if status == ALLOWED:  # tuple.__new__ with every field: the named tuple's __new__ is one more frame
+            return _new(Outcome, (ALLOWED, ALLOWED, 0, None, store_now, (remaining + self.held,), (rested_in,), None,
+                                  0, None))
         retry = max(1, round((self.denied_until - now) * 1e6))
         return Outcome(status, status, retry, 0, store_now, (remaining + self.held,), (rested_in,))
 

@@ -87,7 +87,12 @@ class LeasingBackend(Backend):
         with state.lock:
             if state.expires <= now or state.held < cost:
                 return None
-            state.spend(cost)
+            state.held -= cost  # KeyLease.spend, inline: the hot path
+            if cost < state.first:
+                state.first -= cost
+            else:
+                state.first, state.expires = state.second - (cost - state.first), state.second_expires
+                state.second = 0
             state.local += 1
             if self.low_water and state.held <= self.low_water and not state.refilling:
                 state.claim()

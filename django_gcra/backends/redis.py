@@ -10,7 +10,8 @@ is not counted here)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+import operator
+from collections.abc import Callable, Coroutine, Sequence
 from importlib.resources import files
 from typing import Any
 
@@ -45,6 +46,7 @@ def _counts_against_endpoint(exc: BaseException) -> bool:
         return False
     return not isinstance(exc, ResponseError) or isinstance(exc, _ENDPOINT_RESPONSE_ERRORS)
 
+_new = tuple.__new__
 SCRIPT = files(__package__).joinpath("gcra.lua").read_text(encoding="utf-8")
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
 
@@ -71,6 +73,17 @@ def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None,
     return args
 
 
+_key_of = operator.itemgetter(0)  # LimitSpec.key
+
+
+def _token_for(specs: Sequence[LimitSpec]) -> str | None:
+    """A new holder token when ``specs`` has a concurrency limit, else None."""
+    for spec in specs:
+        if spec.algorithm == CONCURRENCY:
+            return new_token()
+    return None
+
+
 def concurrency_of(specs: Sequence[LimitSpec]) -> tuple[int, ...]:
     """The indices of the concurrency limits among ``specs``."""
     return tuple(i for i, s in enumerate(specs) if s.algorithm == CONCURRENCY)
@@ -88,12 +101,12 @@ def parse_reply(reply: Sequence[Any], take: bool = False, shaping: bool = False,
     if take:  # the script appended the units it decided on
         units = rest.pop()
         granted = units if enforced == ALLOWED else 0
-    return Outcome(
+    return _new(Outcome, (  # tuple.__new__ with every field: the named tuple's __new__ is one more frame
         enforced, would,
         None if retry < 0 else retry,
         None if enforced == ALLOWED and would == ALLOWED else binding - 1,
-        now, tuple(rest[0::2]), tuple(rest[1::2]), granted, waited,
-    )
+        now, tuple(rest[0::2]), tuple(rest[1::2]), granted, waited, None,
+    ))
 
 
 def run_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -139,6 +152,7 @@ class RedisBackend(Backend):
         self.get_async_client = get_async_client
         self.breaker_of = breaker_of
         self._keeper: SlotKeeper | None = None
+        self._last_mux: tuple[Any, Multiplexer | None] = (None, None)  # the last async client and its multiplexer
 
     @property
     def keeper(self) -> SlotKeeper:
@@ -185,16 +199,17 @@ class RedisBackend(Backend):
     def take(self, specs: Sequence[LimitSpec], most: int, least: int) -> Outcome:
         return self._run(specs, most, least)
 
-    async def aevaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Outcome:
-        return await self._arun(specs, cost, None, max_wait)
+    # The coroutine of ``_arun`` itself (no coroutine around it: one frame less per decision).
+    def aevaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Coroutine[Any, Any, Outcome]:
+        return self._arun(specs, cost, None, max_wait)
 
-    async def atake(self, specs: Sequence[LimitSpec], most: int, least: int) -> Outcome:
-        return await self._arun(specs, most, least)
+    def atake(self, specs: Sequence[LimitSpec], most: int, least: int) -> Coroutine[Any, Any, Outcome]:
+        return self._arun(specs, most, least)
 
     def _run(self, specs: Sequence[LimitSpec], cost: int, least: int | None, max_wait: int = 0) -> Outcome:
-        keys = [s.key for s in specs]
+        keys = [*map(_key_of, specs)]
         breaker = self._breaker(keys)
-        token = new_token() if any(s.algorithm == CONCURRENCY for s in specs) else None
+        token = _token_for(specs)
         try:
             reply = run_script(self.get_client(), keys, script_args(specs, cost, least, max_wait, token))
         except _STORE_ERRORS as exc:
@@ -204,7 +219,7 @@ class RedisBackend(Backend):
         return self._outcome(reply, specs, cost, least, max_wait, token)
 
     async def _arun(self, specs: Sequence[LimitSpec], cost: int, least: int | None, max_wait: int = 0) -> Outcome:
-        keys = [s.key for s in specs]
+        keys = [*map(_key_of, specs)]
         try:
             client = self.get_async_client() if self.get_async_client else None
         except _STORE_ERRORS as exc:
@@ -214,13 +229,23 @@ class RedisBackend(Backend):
                 return await super().aevaluate(specs, cost, max_wait)
             return await super().atake(specs, cost, least)
         breaker = self._breaker(keys)
-        mux = multiplexer_for(client)
-        token = new_token() if any(s.algorithm == CONCURRENCY for s in specs) else None
+        last = self._last_mux
+        if last[0] is client:
+            mux = last[1]
+        else:
+            mux = multiplexer_for(client)
+            self._last_mux = (client, mux)
+        token = _token_for(specs)
         try:
             if mux is None:
                 reply = await arun_script(client, keys, script_args(specs, cost, least, max_wait, token))
-            else:
-                reply = await amux_script(mux, keys, script_args(specs, cost, least, max_wait, token))
+            else:  # amux_script, inline
+                command = ("EVALSHA", SCRIPT_SHA, len(keys), *keys, *script_args(specs, cost, least, max_wait, token))
+                try:
+                    reply = await mux.execute(*command)
+                except NoScriptError:
+                    await mux.once("SCRIPT", "LOAD", SCRIPT)  # one load for every caller that met NOSCRIPT meanwhile
+                    reply = await mux.execute(*command)
         except _STORE_ERRORS as exc:
             failed = self._failed(breaker, exc)
             if breaker is not None and breaker.state != CLOSED:  # decisions queued for a connection: now
