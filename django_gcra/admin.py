@@ -144,8 +144,21 @@ class LimitOverrideAdmin(admin.ModelAdmin):
         return super().render_change_form(request, context, *args, **kwargs)
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written by the limiter (or no rows at all): viewed, never added, changed or deleted here."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdmin):
     """Read-only: rows are written by the audit flusher and removed by gcra_prune_audit."""
 
     change_list_template = "admin/django_gcra/auditevent/change_list.html"
@@ -191,15 +204,6 @@ class AuditEventAdmin(admin.ModelAdmin):
         line = f"{obj.method} {obj.path}".strip()
         return str(format_html('<span class="gcra-path" title="{}">{}</span>', line, line))
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     def get_urls(self) -> list[Any]:
         report = path("shadow-report/", self.admin_site.admin_view(self.shadow_report_view),
                       name="django_gcra_auditevent_shadow_report")
@@ -222,20 +226,11 @@ class AuditEventAdmin(admin.ModelAdmin):
 
 
 @admin.register(Dashboard)
-class DashboardAdmin(admin.ModelAdmin):
+class DashboardAdmin(ReadOnlyAdmin):
     """The dashboard page (a proxy model, so it is listed under Rate limiting)."""
 
     class Media:
         css = {"all": [CONSOLE_CSS]}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         user: Any = request.user

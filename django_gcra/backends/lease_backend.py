@@ -54,6 +54,11 @@ HOT_AFTER = 3
 EVICT_FRACTION = 8  # past max_keys, the oldest 1/8 of the leases go at once (no sweep per new key)
 
 
+def _may_wait(outcome: Outcome, max_wait: int) -> bool:
+    """A denial the store could turn into a reservation: its retry-after within ``max_wait`` (us)."""
+    return not outcome.allowed and outcome.retry_after is not None and outcome.retry_after <= max_wait
+
+
 class LeasingBackend(Backend):
     """A ``Backend`` serving one leased policy's single-limit decisions from local leases.
 
@@ -113,7 +118,7 @@ class LeasingBackend(Backend):
     def evaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Outcome:
         if max_wait > 0:  # shaping: the lease first; a wait is reserved at the store
             outcome = self.evaluate(specs, cost)
-            if outcome.allowed or outcome.retry_after is None or outcome.retry_after > max_wait:
+            if not _may_wait(outcome, max_wait):
                 return outcome
             return self._direct(self._keys.get(specs[0].key), self.inner.evaluate(specs, cost, max_wait),  # type: ignore[call-arg]
                                 0)  # the decision was counted once already
@@ -147,7 +152,7 @@ class LeasingBackend(Backend):
     async def aevaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Outcome:
         if max_wait > 0:
             outcome = await self.aevaluate(specs, cost)
-            if outcome.allowed or outcome.retry_after is None or outcome.retry_after > max_wait:
+            if not _may_wait(outcome, max_wait):
                 return outcome
             return self._direct(self._keys.get(specs[0].key), await self.inner.aevaluate(specs, cost, max_wait), 0)
         if len(specs) == 1:
