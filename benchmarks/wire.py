@@ -1,6 +1,6 @@
-"""Count the commands a redis-py connection writes, at the one method every write goes
-through (``send_packed_command``): redis-py's own commands and pipelines, and
-django_gcra's pre-packed ``EVALSHA``, alike."""
+"""Count the commands a client writes: redis-py's own commands and pipelines at the one
+method every redis-py write goes through (``send_packed_command``), and django_gcra's
+``EVALSHA`` where its direct runner writes to the socket (``direct._send``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import contextlib
 from collections.abc import Iterator
 
 from redis.connection import AbstractConnection
+
+from django_gcra.backends import direct
 
 
 def command_names(packed: bytes) -> list[str]:
@@ -36,8 +38,16 @@ def sent_commands() -> Iterator[list[str]]:
         sent.extend(command_names(b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)))
         return original(self, command, *args, **kwargs)
 
+    send = direct._send
+
+    def counting_send(sock, data):
+        sent.extend(command_names(bytes(data)))
+        return send(sock, data)
+
     AbstractConnection.send_packed_command = counting
+    direct._send = counting_send
     try:
         yield sent
     finally:
         AbstractConnection.send_packed_command = original
+        direct._send = send

@@ -123,33 +123,31 @@ def _to_decision(p: Plan, outcome: Outcome | object | None, fallback: bool) -> D
         return _new(Decision, (allowed, 0.0 if allowed else retry, least, limit.name, name, cost, allowed, fallback,
                                False, reset, retry if allowed else 0.0, (state,), descriptors, outcome.waited / 1e6,
                                False, outcome.slots))
-    states = tuple([
-        LimitState(pl.limit.name, pl.rate, pl.burst, remaining[i], reset_after[i] / 1e6, pl.mode, pl.limit.algorithm)
-        for i, pl in enumerate(p.limits)
-    ])
-    if p.slots:
-        base = len(states)
-        states += tuple([
-            LimitState(ps.limit.name, Rate(ps.max, max(1, math.ceil(ps.limit.ttl))), ps.max, remaining[base + j],
-                       reset_after[base + j] / 1e6, ps.mode, "concurrency")
-            for j, ps in enumerate(p.slots)
-        ])
+    states = []
+    for i, pl in enumerate(p.limits):
+        limit = pl.limit
+        states.append(_new(LimitState, (limit.name, pl.rate, pl.burst, remaining[i], reset_after[i] / 1e6, pl.mode,
+                                        limit.algorithm)))
+    base = len(states)
+    for j, ps in enumerate(p.slots):
+        states.append(LimitState(ps.limit.name, Rate(ps.max, max(1, math.ceil(ps.limit.ttl))), ps.max,
+                                 remaining[base + j], reset_after[base + j] / 1e6, ps.mode, "concurrency"))
     # Remaining and the binding limit of an allowed decision speak of enforced limits (a
     # shadow limit never lowers what a client is told), unless every limit is in shadow.
-    if len(remaining) == 1:
-        least, bind = remaining[0], 0
-    else:
-        counted = p.counted
-        least = min([remaining[i] for i in counted])
-        bind = next(i for i in counted if remaining[i] == least) if outcome.binding is None else outcome.binding
+    bind = outcome.binding
+    if bind is None:  # allowed by every limit: the counted one with the least remaining
+        bind = -1
+        for i in p.counted:
+            if bind < 0 or remaining[i] < remaining[bind]:
+                bind = i
+    least = remaining[bind] if outcome.binding is None else min([remaining[i] for i in p.counted])
     allowed = outcome.enforced == ALLOWED
     shadow = allowed and outcome.would != ALLOWED
     retry = 0.0
     if not allowed or shadow:
         retry = math.inf if outcome.retry_after is None else outcome.retry_after / 1e6
-    capacity = not allowed and bind >= len(p.limits) and p.slots[bind - len(p.limits)].limit.capacity
-    return Decision(allowed=allowed, retry_after=0.0 if allowed else retry, remaining=least,
-                    limit=states[bind].name, policy=name, cost=cost, shadow=shadow, fallback=fallback,
-                    reset_after=states[bind].reset_after, would_retry_after=retry if shadow else 0.0,
-                    limits=states, descriptors=descriptors, waited=outcome.waited / 1e6,
-                    capacity=capacity, slots=outcome.slots)
+    capacity = not allowed and bind >= base and p.slots[bind - base].limit.capacity
+    state = states[bind]
+    return _new(Decision, (allowed, 0.0 if allowed else retry, least, state.name, name, cost, shadow, fallback, False,
+                           state.reset_after, retry if shadow else 0.0, tuple(states), descriptors,
+                           outcome.waited / 1e6, capacity, outcome.slots))

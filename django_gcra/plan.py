@@ -251,8 +251,8 @@ def _resolve_plain(pol: Policy, cost: int, values: dict[str, str], tier: str | N
             continue  # a descriptor missing for this request skips the limit (documented)
         planned.append(pl)
         specs.append(_new(LimitSpec, (build_key(prefix, shard, pol.name, name, parts), *tail)))
-    counted = tuple(i for i, pl in enumerate(planned) if pl.mode == "enforce") or tuple(range(len(planned)))
-    return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted, ())
+    counted = tuple([i for i, pl in enumerate(planned) if pl.mode == "enforce"]) or tuple(range(len(planned)))
+    return _new(Plan, (pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted, ()))
 
 
 def _rate(limit: Limit, tier: str | None) -> Rate:
