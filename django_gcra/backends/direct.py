@@ -25,13 +25,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-_pack: Callable[..., bytes] | None
+_pack: Any  # hiredis.pack_command, or None
+_Reader: Any  # hiredis.Reader, or None
 try:  # hiredis packs a command in C and parses a reply in C
-    import hiredis
+    from hiredis import Reader as _Reader
     from hiredis import pack_command as _pack
 except ImportError:  # redis-py's own packer and parser then
-    hiredis = None
-    _pack = None
+    _Reader = _pack = None
 try:  # the error reply -> exception mapping redis-py uses (NOSCRIPT -> NoScriptError, ...)
     from redis._parsers.base import BaseParser
 
@@ -64,12 +64,12 @@ class DirectRunner(threading.local):
         connection = self.pool.connection_class(**self.pool.connection_kwargs)
         connection.connect()  # redis-py's handshake; raises its ConnectionError / TimeoutError
         self.connection, self.pid = connection, os.getpid()
-        sock = getattr(connection, "_sock", None) if _pack is not None else None
+        sock = getattr(connection, "_sock", None) if _Reader is not None else None
         # A plain TCP or Unix socket only: TLS (an SSLSocket's own sendall) and test doubles
         # go through redis-py.
         self.sock = sock if type(sock) is socket.socket else None
         if self.sock is not None:  # a reader of our own: bytes, never decoded (replies are numbers)
-            self.reader = hiredis.Reader(replyError=_parse_error, notEnoughData=False)
+            self.reader = _Reader(replyError=_parse_error, notEnoughData=False)
 
     def __call__(self, *args: Any) -> Any:
         if self.connection is None or self.pid != os.getpid():
