@@ -64,7 +64,7 @@ class DirectRunner(threading.local):
         connection = self.pool.connection_class(**self.pool.connection_kwargs)
         connection.connect()  # redis-py's handshake; raises its ConnectionError / TimeoutError
         self.connection, self.pid = connection, os.getpid()
-        sock = getattr(connection, "_sock", None) if _Reader is not None else None
+        sock = getattr(connection, "_sock", None) if _pack is not None else None
         # A plain TCP or Unix socket only: TLS (an SSLSocket's own sendall) and test doubles
         # go through redis-py.
         self.sock = sock if type(sock) is socket.socket else None
