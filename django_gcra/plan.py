@@ -8,7 +8,7 @@ plan is built once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -141,7 +141,10 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
     key = tuple(memo_key)
     found = _plans.plans.get(key)  # PlanMemo.get, inline
     if found is None or found.policy is not pol:
-        found = _resolve(pol, cost, _values(pol, memo_key), tier, index)
+        if pol.concurrency or settings.regions is not None:
+            found = _resolve(pol, cost, _values(pol, memo_key), tier, index)
+        else:  # (_resolve's own first test, without overrides: known here)
+            found = _resolve_plain(pol, cost, _values(pol, memo_key), tier)
         _plans.put(key, found)
     return found
 
@@ -153,11 +156,18 @@ def _values(pol: Policy, memo_key: list[Any]) -> dict[str, str]:
 
 # What a policy's rate limits ask of the store at one tier, without overrides and without
 # REGIONS (every limit whole): per limit, the key's limit part and its PlannedLimit, and
-# the LimitSpec's numbers after the key. Built once per (policy, tier); a plan is then
-# its keys. By id(policy), the entry holding the policy (so its id is not reused).
-Template = tuple[tuple[Limit, str, PlannedLimit, tuple[Any, ...]], ...]
+# the LimitSpec's numbers after the key; then the counted limits when every limit applies.
+# Built once per (policy, tier); a plan is then its keys. By id(policy), the entry holding
+# the policy (so its id is not reused).
+Rows = tuple[tuple[Limit, str, PlannedLimit, tuple[Any, ...]], ...]
+Template = tuple[Rows, tuple[int, ...]]
 _templates: dict[tuple[int, str | None], tuple[Policy, Template]] = {}
 on_change(_templates.clear)
+
+
+def _counted(planned: Sequence[PlannedLimit | PlannedSlot]) -> tuple[int, ...]:
+    """The limits a client is told about: the enforced ones, else all."""
+    return tuple([i for i, pl in enumerate(planned) if pl.mode == "enforce"]) or tuple(range(len(planned)))
 
 
 def _template(pol: Policy, tier: str | None) -> Template:
@@ -176,7 +186,7 @@ def _template(pol: Policy, tier: str | None) -> Template:
         else:
             name, tail = limit.name, (rate.interval, burst, mode == "enforce", GCRA, 0)
         rows.append((limit, name, PlannedLimit(limit, rate, burst, mode), tail))
-    template = tuple(rows)
+    template = (tuple(rows), _counted([row[2] for row in rows]))
     if len(_templates) > 1000:  # policies built per call (code, not settings): stay bounded
         _templates.clear()
     _templates[(id(pol), tier)] = (pol, template)
@@ -233,9 +243,8 @@ def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, i
         ttl = round(conc.ttl * 1_000_000)
         specs.append(LimitSpec(build_key(prefix, shard, pol.name, conc.name + KEY_SUFFIX[CONCURRENCY], parts),
                                ttl, most, mode == "enforce", CONCURRENCY, ttl))
-    every = [pl.mode for pl in planned] + [ps.mode for ps in slots]
-    counted = tuple(i for i, m in enumerate(every) if m == "enforce") or tuple(range(len(every)))
-    return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted, tuple(slots))
+    return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), _counted([*planned, *slots]),
+                tuple(slots))
 
 
 def _resolve_plain(pol: Policy, cost: int, values: dict[str, str], tier: str | None) -> Plan:
@@ -243,15 +252,17 @@ def _resolve_plain(pol: Policy, cost: int, values: dict[str, str], tier: str | N
     escaped = {name: escape(value) for name, value in values.items()}
     prefix = get_settings().prefix
     shard = escaped[pol.shard] if pol.shard in escaped else pol.name
+    rows, counted = _template(pol, tier)
     planned, specs = [], []
-    for limit, name, pl, tail in _template(pol, tier):
+    for limit, name, pl, tail in rows:
         try:
             parts = [escaped[d] for d in limit.key]
         except KeyError:
             continue  # a descriptor missing for this request skips the limit (documented)
         planned.append(pl)
         specs.append(_new(LimitSpec, (build_key(prefix, shard, pol.name, name, parts), *tail)))
-    counted = tuple([i for i, pl in enumerate(planned) if pl.mode == "enforce"]) or tuple(range(len(planned)))
+    if len(planned) < len(rows):
+        counted = _counted(planned)
     return _new(Plan, (pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted, ()))
 
 

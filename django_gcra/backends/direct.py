@@ -68,8 +68,8 @@ class DirectRunner(threading.local):
         # A plain TCP or Unix socket only: TLS (an SSLSocket's own sendall) and test doubles
         # go through redis-py.
         self.sock = sock if type(sock) is socket.socket else None
-        if self.sock is not None:  # a reader of our own: bytes, never decoded (replies are numbers)
-            self.reader = _Reader(replyError=_parse_error, notEnoughData=False)
+        if self.sock is not None:
+            self.reader = new_reader()
 
     def __call__(self, *args: Any) -> Any:
         if self.connection is None or self.pid != os.getpid():
@@ -112,6 +112,12 @@ class DirectRunner(threading.local):
         connection, self.connection, self.sock, self.reader = self.connection, None, None, None
         if connection is not None:
             connection.disconnect()
+
+
+def new_reader() -> Any:
+    """A hiredis reader of replies (never decoded: a decision's replies are numbers) whose
+    error replies are redis-py's exceptions, and ``False`` while a reply is incomplete."""
+    return _Reader(replyError=_parse_error, notEnoughData=False)
 
 
 def direct_runner(client: Any) -> DirectRunner | None:

@@ -28,10 +28,11 @@ import weakref
 from collections import deque
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from .clients import SentinelSetUpPool, SetUpPool
-from .direct import _pack
+from .direct import _pack, new_reader
 
 __all__ = ["ASYNC_LANES", "MAX_BATCH", "Multiplexer", "multiplexer_for"]
 
@@ -142,16 +143,37 @@ class Multiplexer:
             else:  # hiredis packs in C; redis-py's packer checks and encodes every argument in Python
                 packed = [b"".join([_pack(args) for args, _ in batch])]
             await connection.send_packed_command(packed, check_health=False)
-            for _, future in batch:
-                try:
-                    reply = await connection.read_response()
-                except ResponseError as exc:  # a whole error reply: the connection is still in step
+            stream = getattr(connection, "_reader", None) if _pack is not None else None
+            if isinstance(stream, asyncio.StreamReader):
+                # The batch's replies parsed by a hiredis reader of its own, from as few reads
+                # of the stream as they arrive in (redis-py's read_response: a coroutine chain
+                # per reply). A timeout is the stream's exception (the pool's FairTimer).
+                reader = new_reader()
+                for _, future in batch:
+                    reply = reader.gets()
+                    while reply is False:
+                        data = await stream.read(65536)
+                        if not data:
+                            raise RedisConnectionError("Connection closed by server.")
+                        reader.feed(data)
+                        reply = reader.gets()
                     if not future.done():
-                        future.set_exception(exc)
-                else:
-                    if not future.done():
-                        future.set_result(reply)
-                answered += 1
+                        if isinstance(reply, ResponseError):  # that caller's own: the connection is in step
+                            future.set_exception(reply)
+                        else:
+                            future.set_result(reply)
+                    answered += 1
+            else:
+                for _, future in batch:
+                    try:
+                        reply = await connection.read_response()
+                    except ResponseError as exc:  # a whole error reply: the connection is still in step
+                        if not future.done():
+                            future.set_exception(exc)
+                    else:
+                        if not future.done():
+                            future.set_result(reply)
+                    answered += 1
         except BaseException as exc:
             # A timeout, a lost connection or this task's cancellation: the connection is
             # out of step, so no later reply is read from it; the unanswered callers fail.
