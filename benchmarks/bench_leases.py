@@ -83,7 +83,7 @@ def run_bare(client, key: str, seconds: float, max_decisions: int) -> tuple[int,
 
 def cold_rounds(client, args) -> None:
     """A leased policy on keys that never prove hot, against the unleased policy. The plan
-    memo (4,096 plans, shared by all policies, not refilled for 10 s once full) is emptied
+    memo (shared by all policies, not refilled for 10 s once full) is emptied
     before each path, so no path inherits another's memoized plans or a full memo, and
     the order of the paths rotates from round to round."""
     from django_gcra.plan import _plans

@@ -73,7 +73,7 @@ class PlanMemo:
     most every ``refill_after`` seconds to let new hot keys in. A hit must be of the same
     Policy object, so a reloaded configuration never meets a stale plan."""
 
-    def __init__(self, size: int = 4096, refill_after: float = 10.0,
+    def __init__(self, size: int = 16384, refill_after: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.size, self.refill_after, self.clock = size, refill_after, clock
         self.plans: dict[tuple[Any, ...], Plan] = {}

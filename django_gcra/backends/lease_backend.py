@@ -189,14 +189,12 @@ class LeasingBackend(Backend):
         store. Its store decisions are counted per window of one ttl (the counts are
         dropped when a window ends: an int per key, no clock per key), and False at the
         ``hot_after``-th in a window: the key gets a lease now."""
-        if self.hot_after <= 1:
-            return False
         now, heat = self.clock(), self._heat
         if now >= self._heat_until:
             heat.clear()
             self._heat_until = now + self.ttl
         count = heat.get(key, 0) + 1
-        if count < self.hot_after:
+        if count < self.hot_after:  # (never with hot_after 1: every key is hot)
             if count == 1 and len(heat) >= self.max_keys:
                 heat.clear()  # bounded: a key this rare is cold anyway
             heat[key] = count
