@@ -129,10 +129,11 @@ class LeasingBackend(Backend):
                 served = self._local(state, spec, cost, False)
                 if served is not None:
                     return served
-            elif not (spec.enforce and 0 < cost <= spec.burst) or self._cold(spec.key):
-                return self._counted(self.inner.evaluate(specs, cost))
+            elif self._goes_direct(spec, cost):
+                return self.inner.evaluate(specs, cost)
         if not self._leasable(specs, cost):
-            return self._counted(self.inner.evaluate(specs, cost))
+            self._count(1, calls=1)
+            return self.inner.evaluate(specs, cost)
         state = self._state(specs[0])
         served, own = self._serve(state, specs[0], cost)
         if served is None and own is None and state.settled.wait(REFILL_WAIT):
@@ -162,10 +163,11 @@ class LeasingBackend(Backend):
                 served = self._local(state, spec, cost, True)
                 if served is not None:
                     return served
-            elif not (spec.enforce and 0 < cost <= spec.burst) or self._cold(spec.key):
-                return self._counted(await self.inner.aevaluate(specs, cost))
+            elif self._goes_direct(spec, cost):
+                return await self.inner.aevaluate(specs, cost)
         if not self._leasable(specs, cost):
-            return self._counted(await self.inner.aevaluate(specs, cost))
+            self._count(1, calls=1)
+            return await self.inner.aevaluate(specs, cost)
         state = self._state(specs[0])
         served, own = self._serve(state, specs[0], cost, in_loop=True)  # never awaits while holding a lock
         if served is not None:
@@ -184,30 +186,29 @@ class LeasingBackend(Backend):
     def _leasable(specs: Sequence[LimitSpec], cost: int) -> bool:
         return len(specs) == 1 and specs[0].enforce and 0 < cost <= specs[0].burst
 
-    def _cold(self, key: str) -> bool:
-        """True while ``key`` (leasable, without a lease) is cold: decide it directly on the
-        store. Its store decisions are counted per window of one ttl (the counts are
-        dropped when a window ends: an int per key, no clock per key), and False at the
-        ``hot_after``-th in a window: the key gets a lease now."""
-        now, heat = self.clock(), self._heat
-        if now >= self._heat_until:
-            heat.clear()
-            self._heat_until = now + self.ttl
-        count = heat.get(key, 0) + 1
-        if count < self.hot_after:  # (never with hot_after 1: every key is hot)
+    def _goes_direct(self, spec: LimitSpec, cost: int) -> bool:
+        """True (and the decision counted as a store call) when a key without a lease is
+        decided directly on the store: it is not leasable (shadow, a peek, a cost above
+        the burst) or still cold. A key's store decisions are counted per window of one
+        ttl (the counts are dropped when a window ends: an int per key, no clock per key);
+        False at the ``hot_after``-th in a window: the key gets a lease now."""
+        if spec.enforce and 0 < cost <= spec.burst:
+            key = spec.key
+            now, heat = self.clock(), self._heat
+            if now >= self._heat_until:
+                heat.clear()
+                self._heat_until = now + self.ttl
+            count = heat.get(key, 0) + 1
+            if count >= self.hot_after:  # (always with hot_after 1: every key is hot)
+                heat.pop(key, None)
+                return False
             if count == 1 and len(heat) >= self.max_keys:
                 heat.clear()  # bounded: a key this rare is cold anyway
             heat[key] = count
-            return True
-        heat.pop(key, None)
-        return False
-
-    def _counted(self, outcome: Outcome) -> Outcome:
-        """A direct store decision without a lease, counted."""
-        with self._stats_lock:
+        with self._stats_lock:  # _count(1, calls=1), inline
             self._stats.decisions += 1
             self._stats.store_calls += 1
-        return outcome
+        return True
 
     def _state(self, spec: LimitSpec) -> KeyLease:
         """The key's lease, made if the key has none yet."""
