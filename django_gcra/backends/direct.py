@@ -6,9 +6,8 @@ itself. A decision needs none of it: one request, one reply, on a connection thi
 owns. redis-py opens the connection (handshake, AUTH, SELECT, TLS); with hiredis
 installed, on a plain TCP or Unix socket, the request is then packed in C, written to the
 socket and its reply parsed by a hiredis reader of the runner's own, without redis-py's
-layers. Any error other than a
-Redis error reply drops the connection, so a timed-out reply can never be read as the
-answer to a later request.
+layers. Any error other than a Redis error reply drops the connection, so a timed-out
+reply can never be read as the answer to a later request.
 """
 
 from __future__ import annotations
