@@ -30,6 +30,8 @@ OUTCOMES = ("allowed", "waited", "denied", "shadow_denied", "fallback_allowed", 
 
 def outcome_of(decision: Decision) -> str:
     """The outcome label of one decision (shared by metrics and the audit trail)."""
+    if decision.allowed and not (decision.shadow or decision.fallback or decision.waited):
+        return "allowed"  # the common case first
     if decision.unavailable:
         return "unavailable"
     if decision.fallback:

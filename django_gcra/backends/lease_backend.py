@@ -86,7 +86,7 @@ class LeasingBackend(Backend):
         """The local path: a leased key whose unexpired lease covers ``cost``, served
         with a few integer operations under the key's lock.
         ``in_loop``: called from a coroutine (a prefetch then runs as a task of the loop)."""
-        if state.spec != spec or not 0 < cost <= state.held:
+        if (state.spec is not spec and state.spec != spec) or not 0 < cost <= state.held:
             return None
         now = self.clock()
         with state.lock:
