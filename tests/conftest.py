@@ -13,6 +13,17 @@ def redis_server():
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def clocked(redis_server):
+    """(client, the script driven by a fake clock): tests/support/twin.py."""
+    from tests.support.twin import clocked_script
+
+    client = redis_server.client()
+    script = client.register_script(clocked_script())
+    yield client, script
+    client.close()
+
+
 @pytest.fixture
 def real_redis(redis_server: RedisServer, settings):
     """Point the default cache (and so the limiter) at the real redis-server, emptied."""

@@ -12,23 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_gcra.algorithm import GCRA, SLIDING_LOG, SLIDING_WINDOW, composite, gcra_composite
-from django_gcra.backends.redis import SCRIPT
+from tests.support.twin import assert_stored, mixed_limit
 
-CLOCK_LINE = "local t = redis.call('TIME')"
 pytestmark = pytest.mark.redis
-
-
-def clocked_script() -> str:
-    assert SCRIPT.count(CLOCK_LINE) == 1
-    return SCRIPT.replace(CLOCK_LINE, "local t = {ARGV[#ARGV - 1], ARGV[#ARGV]}; ARGV[#ARGV] = nil; ARGV[#ARGV] = nil")
-
-
-@pytest.fixture(scope="module")
-def clocked(redis_server):
-    client = redis_server.client()
-    script = client.register_script(clocked_script())
-    yield client, script
-    client.close()
 
 
 limit = st.tuples(
@@ -75,24 +61,6 @@ def test_script_matches_twin(clocked, limits, steps):
             assert stored[i] == tats[i]
 
 
-def _state(client, key: str, algorithm: int):
-    """What the script stores for one limit, in the twin's terms."""
-    if algorithm == GCRA:
-        value = client.get(key)
-        return None if value is None else int(value)
-    if algorithm == SLIDING_LOG:
-        entries = client.zrange(key, 0, -1, withscores=True)
-        return tuple(sorted(int(score) for _, score in entries)) or None
-    value = client.get(key)
-    return None if value is None else tuple(int(part) for part in value.split(b":"))
-
-
-mixed_limit = st.one_of(
-    st.tuples(st.just(GCRA), st.integers(5_000_000, 86_400_000_000), st.integers(1, 20), st.booleans()),
-    # (algorithm, period us, N, enforce): periods of 5 s and more, for the same reason as above
-    st.tuples(st.sampled_from([SLIDING_LOG, SLIDING_WINDOW]), st.integers(5_000_000, 120_000_000),
-              st.integers(1, 20), st.booleans()),
-)
 plain_step = st.tuples(st.integers(0, 3_000_000), st.integers(0, 25))
 
 
@@ -124,15 +92,7 @@ def test_mixed_script_matches_twin(clocked, limits, steps):
         assert (binding - 1 if binding else None) == twin.binding
         assert tuple(reply[5::2]) == twin.remaining
         assert tuple(reply[6::2]) == twin.reset_after
-        for i, write in enumerate(twin.writes):
-            if write is not None:
-                states[i] = write
-            stored = _state(client, keys[i], limits[i][0])
-            if limits[i][0] == SLIDING_LOG and states[i] is not None:
-                # Redis trims the log when it writes; the twin's kept state may hold entries that left.
-                assert stored == (tuple(sorted(states[i])) or None)
-            else:
-                assert stored == states[i]
+        assert_stored(client, keys, limits, states, twin.writes)
 
 
 @settings(max_examples=150, deadline=None)

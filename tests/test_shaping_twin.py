@@ -12,20 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_gcra.algorithm import DENIED, GCRA, SLIDING_LOG, SLIDING_WINDOW, composite, gcra
+from django_gcra.algorithm import DENIED, GCRA, SLIDING_LOG, composite, gcra
 from django_gcra.backends.base import LimitSpec
 from django_gcra.backends.redis import parse_reply, script_args
-from tests.test_lua_twin import _state, clocked_script
+from tests.support.twin import assert_stored, mixed_limit
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture(scope="module")
-def clocked(redis_server):
-    client = redis_server.client()
-    script = client.register_script(clocked_script())
-    yield client, script
-    client.close()
 
 
 def run(script, keys, limits, cost, now, max_wait=0, least=None):
@@ -36,11 +28,6 @@ def run(script, keys, limits, cost, now, max_wait=0, least=None):
                        least is not None, max_wait > 0)
 
 
-mixed_limit = st.one_of(
-    st.tuples(st.just(GCRA), st.integers(5_000_000, 86_400_000_000), st.integers(1, 20), st.booleans()),
-    st.tuples(st.sampled_from([SLIDING_LOG, SLIDING_WINDOW]), st.integers(5_000_000, 120_000_000),
-              st.integers(1, 20), st.booleans()),
-)
 gcra_limit = st.tuples(st.just(GCRA), st.integers(5_000_000, 600_000_000), st.integers(1, 20), st.booleans())
 # (gap us, cost, max_wait us: 0 is none)
 step = st.tuples(st.integers(0, 3_000_000), st.integers(0, 25),
@@ -62,14 +49,7 @@ def check_steps(client, script, keys, limits, steps):
         assert outcome.binding == twin.binding
         assert outcome.remaining == twin.remaining
         assert outcome.reset_after == twin.reset_after
-        for i, write in enumerate(twin.writes):
-            if write is not None:
-                states[i] = write
-            stored = _state(client, keys[i], limits[i][0])
-            if limits[i][0] == SLIDING_LOG and states[i] is not None:
-                assert stored == (tuple(sorted(states[i])) or None)
-            else:
-                assert stored == states[i]
+        assert_stored(client, keys, limits, states, twin.writes)
     return waits
 
 
