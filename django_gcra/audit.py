@@ -27,9 +27,9 @@ from django.db import close_old_connections
 
 from . import catalog
 from .conf import get_settings
-from .decision import Decision
+from .decision import Decision, outcome_of
 from .keys import escape
-from .metrics import audit_dropped, audit_failed, outcome_of
+from .metrics import audit_dropped, audit_failed
 
 __all__ = ["AuditRecorder", "key_of", "on_decision", "recorder"]
 

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from .headers import quota_headers
 from .rates import Rate
 
-__all__ = ["Decision", "LimitState"]
+__all__ = ["OUTCOMES", "Decision", "LimitState", "outcome_of"]
 
 
 class LimitState(NamedTuple):
@@ -82,3 +82,24 @@ class Decision(NamedTuple):
     def headers(self) -> dict[str, str]:
         """The quota headers for this decision (and ``Retry-After`` when denied)."""
         return quota_headers(self)
+
+
+#: Every outcome label. ``fallback_*`` and ``unavailable`` (on_failure="closed") are
+#: the decisions made without the store. ``waited``: allowed after waiting for a reserved
+#: slot (shaping, ``max_wait``); a refusal beyond ``max_wait`` is ``denied``.
+OUTCOMES = ("allowed", "waited", "denied", "shadow_denied", "fallback_allowed", "fallback_denied", "unavailable")
+
+
+def outcome_of(decision: Decision) -> str:
+    """The outcome label of one decision (metrics, the console's counts, the audit trail)."""
+    if decision.allowed and not (decision.shadow or decision.fallback or decision.waited):
+        return "allowed"  # the common case first
+    if decision.unavailable:
+        return "unavailable"
+    if decision.fallback:
+        return "fallback_allowed" if decision.allowed else "fallback_denied"
+    if not decision.allowed:
+        return "denied"
+    if decision.shadow:
+        return "shadow_denied"
+    return "waited" if decision.waited > 0 else "allowed"

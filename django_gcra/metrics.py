@@ -6,42 +6,28 @@ come from settings, so no key, tenant or user ever becomes a label. Fallback dec
 healthy traffic. Concurrency slots (per process: held now, and since start acquired,
 released, refused, expired by ttl, abandoned, release failures) are read from
 ``backends.slots.stats`` when scraped.
+
+``django_gcra_decisions_total`` is not incremented per decision: the console's counts
+(``tally``) already count every decision by policy, limit and outcome (one dict increment),
+and the counter is brought up to them whenever it is collected in this process (a scrape,
+``get_sample_value``) and after every flush of those counts (so with ``prometheus_client``'s
+multiprocess mode, a scrape served by another process sees a worker's decisions within
+``AUDIT['FLUSH_INTERVAL']``).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .backends.slots import stats as slot_stats
-from .decision import Decision
+from .decision import OUTCOMES, Decision, outcome_of
 
-__all__ = ["AVAILABLE", "OUTCOMES", "on_decision", "outcome_of"]
+__all__ = ["AVAILABLE", "OUTCOMES", "count_decisions_from", "export", "on_decision", "outcome_of"]
 
 logger = logging.getLogger("django_gcra")
-
-#: Every outcome label. ``fallback_*`` and ``unavailable`` (on_failure="closed") are
-#: the decisions made without the store. ``waited``: allowed after waiting for a reserved
-#: slot (shaping, ``max_wait``); a refusal beyond ``max_wait`` is ``denied``.
-OUTCOMES = ("allowed", "waited", "denied", "shadow_denied", "fallback_allowed", "fallback_denied", "unavailable")
-
-
-def outcome_of(decision: Decision) -> str:
-    """The outcome label of one decision (shared by metrics and the audit trail)."""
-    if decision.allowed and not (decision.shadow or decision.fallback or decision.waited):
-        return "allowed"  # the common case first
-    if decision.unavailable:
-        return "unavailable"
-    if decision.fallback:
-        return "fallback_allowed" if decision.allowed else "fallback_denied"
-    if not decision.allowed:
-        return "denied"
-    if decision.shadow:
-        return "shadow_denied"
-    return "waited" if decision.waited > 0 else "allowed"
-
 
 try:
     import prometheus_client
@@ -62,7 +48,22 @@ def _counter(name: str, doc: str, labels: tuple[str, ...]) -> Any:
         return prometheus_client.Counter(name, doc, labels, registry=None)
 
 
+class _Exporter:
+    """Collected before the counters (registered first): brings them up to date."""
+
+    def describe(self) -> list[Any]:
+        return []  # no metric of its own (and not collected when registered)
+
+    def collect(self) -> Any:
+        export()
+        return iter(())
+
+
 if AVAILABLE:
+    try:
+        prometheus_client.REGISTRY.register(_Exporter())
+    except ValueError:  # pragma: no cover (a second import of this module)
+        pass
     DECISIONS = _counter("django_gcra_decisions_total", "Rate-limit decisions by policy, limit and outcome.",
                          ("policy", "limit", "outcome"))
     FALLBACK = _counter("django_gcra_fallback_decisions_total",
@@ -106,35 +107,49 @@ if AVAILABLE:
         pass
 
 
-_children: dict[tuple[str, str, str], Any] = {}
+_children: dict[tuple[str, str, str], Any] = {}  # labels -> the labelled child's inc
 
 
-def _inc_of(child: Any) -> Callable[[], None]:
-    """``child.inc`` as one call: a labelled child's own value's ``inc(1)`` when the client
-    has one (its ``inc`` checks, per call, what holds for every child: observable, amount
-    >= 0, no exemplar), else ``child.inc``."""
-    value_inc = getattr(getattr(child, "_value", None), "inc", None)
-    if callable(value_inc) and child._is_observable():
-        return functools.partial(value_inc, 1)
-    inc: Callable[[], None] = child.inc
-    return inc
+_source: Callable[[], Mapping[tuple[str, str, str], int]] | None = None
+_exported: dict[tuple[str, str, str], int] = {}
+_export_lock = threading.Lock()
+
+
+def count_decisions_from(source: Callable[[], Mapping[tuple[str, str, str], int]]) -> None:
+    """Feed ``django_gcra_decisions_total`` from ``source``: every decision counted so far
+    in this process, by (policy, limit, outcome) (``tally`` calls this when imported)."""
+    global _source
+    _source = source
+
+
+def export() -> None:
+    """Add the decisions counted since the last export to the counter. Never raises."""
+    if not AVAILABLE or _source is None:
+        return
+    try:
+        with _export_lock:
+            for labels, total in _source().items():
+                done = _exported.get(labels, 0)
+                if total > done:
+                    inc = _children.get(labels)
+                    if inc is None:
+                        inc = _children[labels] = DECISIONS.labels(*labels).inc
+                    inc(total - done)
+                _exported[labels] = total
+    except Exception:  # metrics never fail a scrape or a flush
+        logger.exception("django_gcra: could not export the decision counts")
 
 
 def on_decision(sender: Any, decision: Decision, **kwargs: Any) -> None:
-    """Observer of every decision (``signals.observers``): count it."""
-    if not AVAILABLE:
-        return
+    """Observer of every decision (``signals.observers``): what the console's counts do not
+    count, the seconds waited and the fallback decisions."""
+    if not AVAILABLE or not (decision.fallback or decision.waited > 0):
+        return  # the common case: counted by ``tally``, exported from there
     try:
-        outcome = outcome_of(decision)
-        labels = (decision.policy, decision.limit, outcome)
-        inc = _children.get(labels)
-        if inc is None:  # labels() costs a lock and a lookup; policies and limits are few
-            inc = _children[labels] = _inc_of(DECISIONS.labels(*labels))
-        inc()
         if decision.waited > 0:
             WAITED.labels(decision.policy, decision.limit).inc(decision.waited)
         if decision.fallback:
-            FALLBACK.labels(decision.policy, outcome).inc()
+            FALLBACK.labels(decision.policy, outcome_of(decision)).inc()
     except Exception:  # metrics never fail a request
         logger.exception("django_gcra: could not count a decision")
 

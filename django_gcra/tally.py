@@ -5,7 +5,9 @@ decision (``signals.observers``) adds to in-process counters:
 
 - ``(policy, limit, "seen")`` for every limit the decision evaluated (its traffic: the
   denominator), and ``(policy, binding limit, outcome)`` with the outcome labels of
-  ``metrics.OUTCOMES``. Cardinality is bounded by configuration: policies x limits x outcomes.
+  ``decision.OUTCOMES``. Cardinality is bounded by configuration: policies x limits x outcomes.
+  These are also the counts Prometheus exports (``metrics.export``): one count per decision
+  serves both.
 - per key, only for the keys already *listed* (a denial or shadow would-deny of theirs was
   recorded): every decision of a listed key counts as that key's traffic from then on,
   so the report can say which share of it would have been denied. At most
@@ -44,11 +46,10 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import catalog
+from . import catalog, metrics
 from .audit import key_of
 from .conf import get_settings
-from .decision import Decision
-from .metrics import outcome_of
+from .decision import Decision, outcome_of
 from .store import cache_connection
 
 __all__ = ["MAX_LISTED", "MAX_NEAR", "NEAR_KEPT", "NEAR_SHARE", "Tally", "on_decision", "read", "read_keys",
@@ -97,16 +98,7 @@ class Tally:
     def count(self, decision: Decision) -> None:
         outcome = outcome_of(decision)
         policy = decision.policy
-        keyed: list[tuple[str, str, str]] = _NONE_KEYED
-        if self.listed:
-            keyed = []
-            config = catalog.find(policy)
-            for limit in config.limits if config else ():
-                listed = self.listed.get((policy, limit.name))
-                if listed:
-                    key = _key_of(decision, limit.key)
-                    if key in listed:
-                        keyed.append((policy, limit.name, key))
+        keyed = self._keyed(decision) if self.listed else _NONE_KEYED
         with self.lock:
             pending = self.pending
             for state in decision.limits:
@@ -116,14 +108,36 @@ class Tally:
             pending[field] = pending.get(field, 0) + 1
             for field in keyed:
                 self.pending_keys[field] = self.pending_keys.get(field, 0) + 1
-        if outcome in LISTING and decision.limit:
-            self._list(decision)
-        elif outcome == "allowed":
+        if outcome == "allowed":
             for state in decision.limits:
-                if state.burst > 0 and state.remaining <= _FAR_SHARE * state.burst:  # most stop here
+                if state.remaining <= _FAR_SHARE * state.burst and state.burst > 0:  # most stop here
                     self._near(decision, state.name, (state.burst - state.remaining) / state.burst)
-        if self.autostart and self._started_in != os.getpid():  # the thread's loop never raises: it runs until stop()
+        elif outcome in LISTING and decision.limit:
+            self._list(decision)
+        if self._started_in != _pid and self.autostart:  # the thread's loop never raises: it runs until stop()
             self._start()
+
+    def _keyed(self, decision: Decision) -> list[tuple[str, str, str]]:
+        """The listed keys this decision is traffic of."""
+        keyed = []
+        policy = decision.policy
+        config = catalog.find(policy)
+        for limit in config.limits if config else ():
+            listed = self.listed.get((policy, limit.name))
+            if listed:
+                key = _key_of(decision, limit.key)
+                if key in listed:
+                    keyed.append((policy, limit.name, key))
+        return keyed
+
+    def decision_totals(self) -> dict[tuple[str, str, str], int]:
+        """Every decision this process counted, by (policy, binding limit, outcome)."""
+        with self.lock:
+            totals = {field: n for field, n in self.totals.items() if field[2] != "seen"}
+            for field, n in self.pending.items():
+                if field[2] != "seen":
+                    totals[field] = totals.get(field, 0) + n
+        return totals
 
     def _list(self, decision: Decision) -> None:
         config = catalog.find(decision.policy)
@@ -158,7 +172,7 @@ class Tally:
             if not self._stop.is_set() and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._run, name="gcra-tally", daemon=True)
                 self._thread.start()
-            self._started_in = os.getpid()
+            self._started_in = _pid
 
     def _run(self) -> None:
         while not self._stop.wait(_interval()):
@@ -171,7 +185,11 @@ class Tally:
         self.flush()
 
     def flush(self, now: float | None = None) -> bool:
-        """Write the pending counts to Redis; on failure keep them for the next flush. Never raises."""
+        """Write the pending counts to Redis; on failure keep them for the next flush. Never
+        raises. The Prometheus counter is brought up to date too (another process may serve
+        the scrapes: ``prometheus_client``'s multiprocess mode)."""
+        if self is tally:
+            metrics.export()
         with self.lock:
             counts, keys, self.pending, self.pending_keys = self.pending, self.pending_keys, {}, {}
             near, self.pending_near = self.pending_near, {}
@@ -278,6 +296,17 @@ def read_near(since: float, until: float, count: int = 10) -> list[dict[str, Any
 
 
 tally = Tally()
+metrics.count_decisions_from(tally.decision_totals)
+_pid = os.getpid()  # this process's (a forked child's own after the fork: it starts its own thread)
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 def on_decision(sender: Any, decision: Decision, **kwargs: Any) -> None:

@@ -123,3 +123,20 @@ def test_without_prometheus_client_metrics_are_a_no_op():
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_the_counter_follows_the_console_counts_once_each(fake_redis):
+    """The decisions counter is fed from the console's counts (one count per decision):
+    each decision is added once however often it is collected, and a flush of the counts
+    brings it up to date without a scrape (multiprocess mode scrapes from another process)."""
+    from django_gcra import metrics, tally
+
+    child = metrics.DECISIONS.labels("m_api", "tenant", "allowed")
+    count("django_gcra_decisions_total", policy="m_api", limit="tenant", outcome="allowed")  # up to date
+    before = child._value.get()
+    decide("m_api", {"tenant": "once-a"})
+    tally.tally.flush()
+    assert child._value.get() == before + 1
+    for _ in range(3):
+        metrics.export()
+        assert count("django_gcra_decisions_total", policy="m_api", limit="tenant", outcome="allowed") == before + 1
