@@ -99,10 +99,12 @@ class LeasingBackend(Backend):
                 state.first, state.expires = state.second - (cost - state.first), state.second_expires
                 state.second = 0
             state.local += 1
-            if self.low_water and state.held <= self.low_water and not state.refilling:
-                state.claim()
-                self._start_prefetch(state, in_loop)
-            return state.outcome(now)
+            outcome = state.outcome(now)
+            if not (self.low_water and state.held <= self.low_water and not state.refilling):
+                return outcome
+            state.claim()
+        self._start_prefetch(state, in_loop)  # (outside the key's lock)
+        return outcome
 
     def _start_prefetch(self, state: KeyLease, in_loop: bool) -> None:
         """Top ``state`` up off the request path: in a coroutine, as a task of its event
@@ -227,6 +229,7 @@ class LeasingBackend(Backend):
         Otherwise, unless a refill is in flight ((None, None): decide directly), claim the
         refill and the units still held, which the refill spends first: (None, units)."""
         now = self.clock()
+        prefetch = False
         with state.lock:
             stranded = state.expire(now)
             if spec != state.spec:  # an override changed its rate or burst
@@ -236,7 +239,7 @@ class LeasingBackend(Backend):
                 state.local += 1
                 if self.low_water and state.held <= self.low_water and not state.refilling:
                     state.claim()
-                    self._start_prefetch(state, in_loop)
+                    prefetch = True
                 served = state.outcome(now)
             elif state.denies(now, cost):
                 state.local += 1
@@ -251,6 +254,8 @@ class LeasingBackend(Backend):
                 return None, own
         if stranded:
             self._count(0, stranded=stranded)
+        if prefetch:  # (outside the key's lock)
+            self._start_prefetch(state, in_loop)
         return served, None
 
     def _refilled(self, state: KeyLease, need: int, own: Held, started: float,
