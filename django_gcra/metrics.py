@@ -25,7 +25,7 @@ from typing import Any
 from .backends.slots import stats as slot_stats
 from .decision import OUTCOMES, Decision, outcome_of
 
-__all__ = ["AVAILABLE", "OUTCOMES", "count_decisions_from", "export", "on_decision", "outcome_of"]
+__all__ = ["AVAILABLE", "OUTCOMES", "count_decisions_from", "export", "forget_exported", "on_decision", "outcome_of"]
 
 logger = logging.getLogger("django_gcra")
 
@@ -120,6 +120,13 @@ def count_decisions_from(source: Callable[[], Mapping[tuple[str, str, str], int]
     in this process, by (policy, limit, outcome) (``tally`` calls this when imported)."""
     global _source
     _source = source
+
+
+def forget_exported() -> None:
+    """A forked child's counts start empty (``tally``): so does what it exported."""
+    global _export_lock
+    _export_lock = threading.Lock()
+    _exported.clear()
 
 
 def export() -> None:

@@ -84,6 +84,10 @@ class Tally:
 
     def __init__(self, autostart: bool = True) -> None:
         self.autostart = autostart
+        self.forget()
+
+    def forget(self) -> None:
+        """No counts, no thread, fresh locks: a new tally (a forked child's own)."""
         self.lock = threading.Lock()
         self.pending: dict[tuple[str, str, str], int] = {}
         self.pending_keys: dict[tuple[str, str, str], int] = {}
@@ -301,8 +305,12 @@ _pid = os.getpid()  # this process's (a forked child's own after the fork: it st
 
 
 def _forked() -> None:
+    """In a forked child: its own pid, and counts of its own (the parent flushes and exports
+    what it counted; a child keeping a copy would count it twice), with fresh locks."""
     global _pid
     _pid = os.getpid()
+    tally.forget()
+    metrics.forget_exported()
 
 
 if hasattr(os, "register_at_fork"):

@@ -140,3 +140,26 @@ def test_the_counter_follows_the_console_counts_once_each(fake_redis):
     for _ in range(3):
         metrics.export()
         assert count("django_gcra_decisions_total", policy="m_api", limit="tenant", outcome="allowed") == before + 1
+
+
+def test_a_forked_child_counts_only_its_own_decisions(fake_redis):
+    """The parent flushes and exports what it counted before the fork; a child starts with
+    no counts (a copy would be written to Redis and exported twice)."""
+    import os
+
+    from django_gcra import tally
+
+    decide("m_api", {"tenant": "before-fork"})
+    assert tally.tally.decision_totals()  # pending, or flushed into the totals
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave at once
+        try:
+            ok = not tally.tally.decision_totals() and not tally.tally.pending and not tally.tally.lock.locked()
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(pid, 0)
+    assert tally.tally.decision_totals()  # the parent's are its own still
