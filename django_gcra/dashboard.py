@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db.models import Sum
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from . import catalog, fallback, tally
 from .forms import configured
@@ -183,9 +184,13 @@ def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[st
             rows.append(_row(policy.name, limit.name, policy.mode_of(limit), rate,
                              "" if burst is None else str(burst), in_force.get((policy.name, limit.name), 0),
                              catalog.origin(policy.name), raw, buckets))
+        for slots in policy.concurrency:  # the rate column says what it bounds: requests in flight
+            rate = _("%(max)s in flight (ttl %(ttl)s s)") % {"max": slots.max, "ttl": f"{slots.ttl:g}"}
+            rows.append(_row(policy.name, slots.name, policy.mode_of(slots), rate, "", 0,
+                             catalog.origin(policy.name), raw, buckets))
     # Limits decided but in no list: policies built in code by other means (a Policy passed to decide()).
     shown = {(r.policy, r.limit) for r in rows}
-    for policy_name, limit_name in sorted({(p, lim) for p, lim, _ in raw if lim and (p, lim) not in shown}):
+    for policy_name, limit_name in sorted({(p, lim) for p, lim, _outcome in raw if lim and (p, lim) not in shown}):
         rows.append(_row(policy_name, limit_name, "", "", "", 0, "code", raw, buckets))
     overall = {name: _sum(raw, None, None, outcomes, n) for name, outcomes in SERIES}
     since_dt = datetime.datetime.fromtimestamp(since, datetime.timezone.utc)

@@ -260,3 +260,22 @@ def test_the_dashboard_lists_keys_near_their_quota_that_were_not_denied(admin_cl
     assert row["quota"].startswith("1 of 10, full in ")  # peeked now: 9 used of 10
     html = page.content.decode()
     assert 'id="dashboard-near"' in html and "tenant=close" in html.split('id="dashboard-near"')[1]
+
+
+def test_the_dashboard_lists_concurrency_limits_with_what_they_bound(admin_client, console, gcra_settings):
+    """A policy's concurrency limit is a row of its own (not a limit "in code"), counted
+    like a rate limit: the decisions that asked for a slot, the ones refused."""
+    counts, _ = console
+    gcra_settings(**{**GCRA, "POLICIES": {**GCRA["POLICIES"], "jobs": {
+        "limits": [{"name": "tenant", "key": ["tenant"], "rate": "100/m", "burst": 10}],
+        "concurrency": [{"name": "running", "key": ["tenant"], "max": 1, "ttl": 30}]}}})
+    held = decide("jobs", {"tenant": "acme"})
+    refused = decide("jobs", {"tenant": "acme"})
+    assert held.allowed and not refused.allowed and refused.limit == "running"
+    held.release()
+    counts.flush()
+    rows = {f"{r.policy}.{r.limit}": r for r in admin_client.get("/admin/django_gcra/dashboard/").context["rows"]}
+    row = rows["jobs.running"]
+    assert (row.source, row.mode, row.rate, row.burst) == ("settings", "enforce", "1 in flight (ttl 30 s)", "")
+    assert (row.counts["seen"], row.counts["denied"]) == (2, 1)
+    assert rows["jobs.tenant"].counts["seen"] == 2
