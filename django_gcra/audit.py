@@ -8,8 +8,9 @@ denials for one key is one buffer entry with a count. A background thread writes
 buffer every ``AUDIT['FLUSH_INTERVAL']`` seconds with one ``bulk_create``, so a flush
 interval yields at most one row per (policy, limit, key, outcome). The buffer holds at
 most ``AUDIT['MAX_BUFFER']`` distinct entries; records beyond it are dropped and
-counted. A failed write is logged and counted, never raised: the request never waits
-for, nor fails because of, the database.
+counted. A failed write (a locked or unreachable database) is logged and counted, never
+raised, and its rows are kept for the next flush (within the same bound): the request
+never waits for, nor fails because of, the database, and a passing failure loses nothing.
 """
 
 from __future__ import annotations
@@ -135,16 +136,38 @@ class AuditRecorder:
             from .models import AuditEvent
 
             rows = [self._row(AuditEvent, bucket, entry) for bucket, entry in batch.items()]
-            AuditEvent.objects.bulk_create(rows, batch_size=500)
+            AuditEvent.objects.bulk_create(rows, batch_size=500)  # (atomic: all rows or none)
         except Exception:
-            lost = sum(entry.count for entry in batch.values())
+            lost = self._keep(batch)
             self.failures += 1
             self.dropped += lost
             audit_failed(lost)
-            logger.error("django_gcra: audit write failed; %d rows (%d records) lost", len(batch), lost,
-                         exc_info=traceback)
+            logger.error("django_gcra: audit write failed; %d rows kept for the next flush, %d records lost "
+                         "(the buffer was full)", len(batch), lost, exc_info=traceback)
             return 0
         return len(rows)
+
+    def _keep(self, batch: dict[tuple[str, str, str, str], _Entry]) -> int:
+        """Put a batch that could not be written back into the buffer (merged with what came
+        since, within ``MAX_BUFFER`` entries); return the records that did not fit."""
+        lost = 0
+        try:
+            limit = get_settings().audit.max_buffer
+        except Exception:  # settings in error: keep what the buffer holds already
+            limit = 0
+        with self.lock:
+            for bucket, entry in batch.items():
+                newer = self.buffer.get(bucket)
+                if newer is not None:  # the same key denied again meanwhile: one entry
+                    newer.count += entry.count
+                    newer.cost += entry.cost
+                    newer.first = min(newer.first, entry.first)
+                    newer.retry = max(newer.retry, entry.retry)
+                elif len(self.buffer) < limit:
+                    self.buffer[bucket] = entry
+                else:
+                    lost += entry.count
+        return lost
 
     @staticmethod
     def _row(model: Any, bucket: tuple[str, str, str, str], entry: _Entry) -> Any:

@@ -72,9 +72,9 @@ if AVAILABLE:
                       "Seconds decisions waited for a reserved slot (shaping), by policy and limit.",
                       ("policy", "limit"))
     AUDIT_FAILURES = _counter("django_gcra_audit_write_failures_total",
-                              "Audit flushes that failed to write (their rows are lost).", ())
+                              "Audit flushes that failed to write (their rows are kept for the next one).", ())
     AUDIT_DROPPED = _counter("django_gcra_audit_dropped_total",
-                             "Audit records dropped because the in-memory buffer was full or a write failed.", ())
+                             "Audit records dropped because the in-memory buffer was full.", ())
 
 
 SLOT_COUNTERS = {

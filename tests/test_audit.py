@@ -149,9 +149,41 @@ def test_a_database_failing_during_a_flush_fails_no_request(client, fake_redis, 
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE gcra_moved_away RENAME TO django_gcra_auditevent")
     assert statuses == [200, 200, 429, 429, 429, 429]
-    assert (rec.failures, rec.dropped) == (1, 2)
+    assert (rec.failures, rec.dropped) == (1, 0)  # the failed write's rows were kept
     assert "audit write failed" in caplog.text
-    assert rec.flush() == 1 and rows()[0].count == 2  # recovered: the denials after the failure
+    assert rec.flush() == 1 and rows()[0].count == 4  # recovered: the two kept and the two since, one row
+
+
+@pytest.mark.django_db
+def test_a_failed_write_keeps_its_rows_within_the_buffer_bound(fake_redis, rec, gcra_settings, monkeypatch):
+    """A locked database fails a flush: its rows wait for the next one, merged with the
+    records that came since; only what does not fit in MAX_BUFFER is lost, and counted."""
+    from django.db.utils import OperationalError
+
+    from django_gcra.models import AuditEvent
+
+    gcra_settings(**GCRA, AUDIT={"MAX_BUFFER": 3})
+    for ip in ("1", "2"):
+        for _ in range(3):
+            decide("bulk", {"ip": ip})  # one allowed, two denied each
+    assert len(rec.buffer) == 2
+    write = AuditEvent.objects.bulk_create
+
+    def locked(*args, **kwargs):
+        if rec.failures == 0:
+            decide("bulk", {"ip": "1"})  # denied while the write is under way: merged with its row
+        raise OperationalError("database table is locked")
+
+    monkeypatch.setattr(AuditEvent.objects, "bulk_create", locked)
+    assert rec.flush() == 0 and (rec.failures, rec.dropped) == (1, 0)
+    assert len(rec.buffer) == 2 and rec.buffer[("bulk", "ip", "ip=1", "denied")].count == 3
+    decide("bulk", {"ip": "3"}), decide("bulk", {"ip": "3"})  # a third entry: the buffer is full (3)
+    assert rec.flush() == 0 and (rec.failures, rec.dropped) == (2, 0)
+    decide("bulk", {"ip": "4"}), decide("bulk", {"ip": "4"})  # a fourth: beyond the bound, dropped
+    assert rec.dropped == 1
+    monkeypatch.setattr(AuditEvent.objects, "bulk_create", write)
+    assert rec.flush() == 3
+    assert {e.key: e.count for e in rows()} == {"ip=1": 3, "ip=2": 2, "ip=3": 1}
 
 
 @pytest.mark.django_db
