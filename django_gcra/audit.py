@@ -138,19 +138,19 @@ class AuditRecorder:
             rows = [self._row(AuditEvent, bucket, entry) for bucket, entry in batch.items()]
             AuditEvent.objects.bulk_create(rows, batch_size=500)  # (atomic: all rows or none)
         except Exception:
-            lost = self._keep(batch)
+            kept, lost = self._keep(batch)
             self.failures += 1
             self.dropped += lost
             audit_failed(lost)
             logger.error("django_gcra: audit write failed; %d rows kept for the next flush, %d records lost "
-                         "(the buffer was full)", len(batch), lost, exc_info=traceback)
+                         "(the buffer was full)", kept, lost, exc_info=traceback)
             return 0
         return len(rows)
 
-    def _keep(self, batch: dict[tuple[str, str, str, str], _Entry]) -> int:
+    def _keep(self, batch: dict[tuple[str, str, str, str], _Entry]) -> tuple[int, int]:
         """Put a batch that could not be written back into the buffer (merged with what came
-        since, within ``MAX_BUFFER`` entries); return the records that did not fit."""
-        lost = 0
+        since, within ``MAX_BUFFER`` entries); return the rows kept and the records that did not fit."""
+        kept = lost = 0
         try:
             limit = get_settings().audit.max_buffer
         except Exception:  # settings in error: keep what the buffer holds already
@@ -163,11 +163,13 @@ class AuditRecorder:
                     newer.cost += entry.cost
                     newer.first = min(newer.first, entry.first)
                     newer.retry = max(newer.retry, entry.retry)
+                    kept += 1
                 elif len(self.buffer) < limit:
                     self.buffer[bucket] = entry
+                    kept += 1
                 else:
                     lost += entry.count
-        return lost
+        return kept, lost
 
     @staticmethod
     def _row(model: Any, bucket: tuple[str, str, str, str], entry: _Entry) -> Any:

@@ -157,7 +157,7 @@ def test_a_database_failing_during_a_flush_fails_no_request(client, fake_redis, 
 
 
 @pytest.mark.django_db
-def test_a_failed_write_keeps_its_rows_within_the_buffer_bound(fake_redis, rec, gcra_settings, monkeypatch):
+def test_a_failed_write_keeps_its_rows_within_the_buffer_bound(fake_redis, rec, gcra_settings, monkeypatch, caplog):
     """A locked database fails a flush: its rows wait for the next one, merged with the
     records that came since; only what does not fit in MAX_BUFFER is lost, and counted."""
     from django.db.utils import OperationalError
@@ -181,6 +181,7 @@ def test_a_failed_write_keeps_its_rows_within_the_buffer_bound(fake_redis, rec, 
     assert len(rec.buffer) == 2 and rec.buffer[("bulk", "ip", "ip=1", "denied")].count == 3
     decide("bulk", {"ip": "3"}), decide("bulk", {"ip": "3"})  # a third entry: the buffer is full (3)
     assert rec.flush() == 0 and (rec.failures, rec.dropped) == (2, 0)
+    assert "3 rows kept for the next flush, 0 records lost" in caplog.text
     decide("bulk", {"ip": "4"}), decide("bulk", {"ip": "4"})  # a fourth: beyond the bound, dropped
     assert rec.dropped == 1
     monkeypatch.setattr(AuditEvent.objects, "bulk_create", write)
