@@ -547,12 +547,18 @@ def test_threads_with_background_prefetch_on_redis_account_for_every_unit(real_r
         t.start()
     for t in threads:
         t.join()
+    def unaccounted() -> int:
+        """Units the store counted that are neither admitted, nor held, nor stranded (a lease
+        of 1 s can expire on a busy machine): 0 once no prefetch is in flight."""
+        stats = lease_stats()["p"]
+        return (int(real_redis.get(key)) - start) // interval - 200 - stats.held_units - stats.stranded_units
+
     deadline = time.monotonic() + 10  # (a busy machine: the background thread may be late)
-    while time.monotonic() < deadline and (int(real_redis.get(key)) - start) // interval - 200 != lease_stats()["p"].held_units:
+    while time.monotonic() < deadline and unaccounted():
         time.sleep(0.01)  # a prefetch may still be in flight on the background thread
     counted = (int(real_redis.get(key)) - start) // interval
     stats = lease_stats()["p"]
     assert sum(admitted) == 200
-    assert counted == 200 + stats.held_units and stats.held_units <= 10 + 3
+    assert unaccounted() == 0 and stats.held_units <= 10 + 3, (counted, stats)
     # Most from memory (the rest decided directly: a thread waits REFILL_WAIT for a late prefetch, no longer).
-    assert stats.local > 100 and stats.leased_units <= counted
+    assert stats.local > 100 and stats.leased_units <= counted, stats
