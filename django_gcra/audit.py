@@ -206,5 +206,9 @@ def on_decision(sender: Any, decision: Decision, request: Any = None, **kwargs: 
 
 @atexit.register
 def _flush_at_exit() -> None:
-    if recorder.buffer:
-        recorder.flush(traceback=False)
+    """The last flush; what it cannot write has no next flush to wait for: it is lost, and said so."""
+    if recorder.buffer and not recorder.flush(traceback=False) and recorder.buffer:
+        lost = sum(entry.count for entry in recorder.buffer.values())
+        recorder.dropped += lost
+        audit_dropped(lost)
+        logger.error("django_gcra: %d audit records lost at exit (the write failed)", lost)

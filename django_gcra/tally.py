@@ -192,8 +192,7 @@ class Tally:
         """Write the pending counts to Redis; on failure keep them for the next flush. Never
         raises. The Prometheus counter is brought up to date too (another process may serve
         the scrapes: ``prometheus_client``'s multiprocess mode)."""
-        if self is tally:
-            metrics.export()
+        metrics.export()
         with self.lock:
             counts, keys, self.pending, self.pending_keys = self.pending, self.pending_keys, {}, {}
             near, self.pending_near = self.pending_near, {}

@@ -237,3 +237,23 @@ def test_shadow_would_denies_are_audited_at_every_level(fake_redis, rec, gcra_se
     rec.flush()
     assert [(r.outcome, r.policy, r.limit, r.key, r.count) for r in rows()] == [
         ("shadow_denied", "lvl", "trial", "ip=5.5.5.5", 2)]
+
+
+@pytest.mark.django_db
+def test_rows_a_failed_write_at_exit_keeps_are_reported_lost(fake_redis, rec, monkeypatch, caplog):
+    """At exit there is no next flush: the kept rows are counted and logged as lost."""
+    from django.db.utils import OperationalError
+
+    from django_gcra import audit
+    from django_gcra.models import AuditEvent
+
+    for _ in range(3):
+        decide("bulk", {"ip": "exit"})  # one allowed, two denied
+
+    def locked(*args, **kwargs):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(AuditEvent.objects, "bulk_create", locked)
+    audit._flush_at_exit()
+    assert (rec.failures, rec.dropped) == (1, 2)
+    assert "2 audit records lost at exit" in caplog.text
