@@ -147,7 +147,7 @@ def export() -> None:
         logger.exception("django_gcra: could not export the decision counts")
 
 
-def on_decision(sender: Any, decision: Decision, **kwargs: Any) -> None:
+def on_decision(sender: Any, decision: Decision, request: Any = None, **kwargs: Any) -> None:
     """Observer of every decision (``signals.observers``): what the console's counts do not
     count, the seconds waited and the fallback decisions."""
     if not AVAILABLE or not (decision.fallback or decision.waited > 0):

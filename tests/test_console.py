@@ -68,6 +68,26 @@ def test_the_tally_counts_per_limit_and_only_lists_keys_that_were_denied(console
     assert len(fields) == len(series) and all(f.count(b"\x1f") == 2 for f in fields)
 
 
+def test_a_one_limit_admission_is_counted_as_the_general_path_counts_it(console):
+    """``count`` takes a shortcut for the common decision (one limit, admitted, no key
+    listed); it must count exactly what the general path (``_count``) counts."""
+    counts, _ = console
+    rate = parse_rate("6/m")
+    decisions = [
+        Decision(allowed=True, retry_after=0.0, remaining=remaining, limit="tenant", policy="browser",
+                 limits=(LimitState("tenant", rate, 10, remaining, 0.0),), descriptors={"tenant": "acme"})
+        for remaining in (9, 5, 2, 0)  # the last two near their quota (20 % of the burst or less)
+    ] + [decide("browser", {"tenant": "beta"}) for _ in range(2)]
+    counts.pending.clear()
+    general = tally.Tally(autostart=False)
+    for decision in decisions:
+        counts.count(decision)
+        general._count(decision)
+    assert counts.pending == general.pending and counts.pending[("browser", "tenant", "allowed")] == 6
+    assert counts.pending_near == general.pending_near and counts.pending_near
+    assert not counts.pending_keys and not general.pending_keys
+
+
 def test_a_failed_flush_keeps_the_counts(console, monkeypatch):
     counts, _ = console
     decide("browser", {"tenant": "acme"})

@@ -45,8 +45,8 @@ class KeyLease:
     ``held`` is ``first + second``; ``expires`` is the first tranche's expiry (the one
     that runs out first), so the local path checks two numbers."""
 
-    __slots__ = ("denied_need", "denied_until", "expires", "first", "held", "local", "lock", "refilling", "second",
-                 "second_expires", "seen_at", "settled", "spec", "store_now", "store_tat")
+    __slots__ = ("capacity", "denied_need", "denied_until", "expires", "first", "held", "interval", "local", "lock",
+                 "refilling", "rest", "second", "second_expires", "seen_at", "settled", "spec", "store_now")
 
     def __init__(self, spec: LimitSpec) -> None:
         self.lock = threading.Lock()
@@ -54,13 +54,17 @@ class KeyLease:
         self.expires = self.second_expires = 0.0
         self.refilling = False  # a refill or prefetch call is in flight
         self.settled = threading.Event()  # set when it ends
-        self.spec = spec
-        self.denied_until = 0.0  # a refill of `denied_need` units was denied until then
+        self.set_spec(spec)
         self.denied_need = 0
-        self.store_tat = 0  # the key's TAT (us) after our last call for it
+        self.rest = 0  # us until the key was fully rested, at our last call for it
         self.store_now = 0  # the store clock (us) at that call, and our clock then
         self.seen_at = 0.0
         self.local = 0  # decisions served from memory (LeasingBackend.stats adds them up)
+
+    def set_spec(self, spec: LimitSpec) -> None:
+        """The key's limit (anew when an override changes its rate or burst)."""
+        self.spec, self.interval, self.capacity = spec, spec.interval, spec.interval * spec.burst
+        self.denied_until = 0.0  # a refill of `denied_need` units was denied until then
 
     def claim(self) -> None:
         self.refilling = True
@@ -122,20 +126,19 @@ class KeyLease:
         return now + 1e-6 < self.denied_until and cost - self.held >= self.denied_need
 
     def observe(self, outcome: Outcome, now: float) -> None:
-        self.store_tat = outcome.now + outcome.reset_after[0]
-        self.store_now, self.seen_at = outcome.now, now
+        self.rest, self.store_now, self.seen_at = outcome.reset_after[0], outcome.now, now
 
     def outcome(self, now: float, status: int = ALLOWED) -> Outcome:
         """An outcome from memory: the store's state as of our last call for the key,
         aged by our own clock (no one else's use is known), plus what we hold."""
-        interval = self.spec.interval
-        store_now = self.store_now + round((now - self.seen_at) * 1_000_000)
-        rested_in = self.store_tat - store_now
+        aged = round((now - self.seen_at) * 1e6)
+        rested_in = self.rest - aged
         if rested_in < 0:  # a TAT in the past is a rested key
             rested_in = 0
-        remaining = (interval * self.spec.burst - rested_in) // interval
+        remaining = (self.capacity - rested_in) // self.interval
         if remaining < 0:
             remaining = 0
+        store_now = self.store_now + aged
         if status == ALLOWED:  # tuple.__new__ with every field: the named tuple's __new__ is one more frame
             return _new(Outcome, (ALLOWED, ALLOWED, 0, None, store_now, (remaining + self.held,), (rested_in,), None,
                                   0, None))
