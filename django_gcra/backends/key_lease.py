@@ -9,6 +9,7 @@ spending a unit is a subtraction, with no object made or dropped.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass
 
@@ -144,6 +145,12 @@ class KeyLease:
                                   0, None))
         retry = max(1, round((self.denied_until - now) * 1e6))
         return Outcome(status, status, retry, 0, store_now, (remaining + self.held,), (rested_in,))
+
+
+def counted(counter: itertools.count[int]) -> int:
+    """How often ``next`` was called on ``counter``, an ``itertools.count()`` from 0 (read
+    from its repr, ``count(N)``: the one way to read it that no Python version deprecates)."""
+    return int(repr(counter)[6:-1])
 
 
 def held_units(own: Held) -> int:

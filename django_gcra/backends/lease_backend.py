@@ -30,6 +30,7 @@ units this process still holds are too few for it; the store's reply decides).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import threading
@@ -41,7 +42,7 @@ from typing import Any
 
 from ..algorithm import DENIED
 from .base import Backend, BackendError, LimitSpec, Outcome
-from .key_lease import Held, KeyLease, LeaseStats, held_units
+from .key_lease import Held, KeyLease, LeaseStats, counted, held_units
 
 __all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend"]
 
@@ -76,6 +77,10 @@ class LeasingBackend(Backend):
         self.prefetch = prefetch or _submit
         self._stats = LeaseStats()  # everything but the local decisions of the keys in _keys
         self._stats_lock = threading.Lock()
+        # The direct decisions of keys without a lease (one store call each): the common
+        # case of a cold key, counted by ``next`` (one C call, atomic under the GIL) and
+        # read with ``counted``, not under ``_stats_lock``.
+        self._cold = itertools.count()
         self._keys: dict[str, KeyLease] = {}  # read without a lock (one dict lookup); written under _keys_lock
         self._keys_lock = threading.Lock()
         self._heat: dict[str, int] = {}  # cold key -> its store decisions in this window
@@ -211,9 +216,7 @@ class LeasingBackend(Backend):
             if count == 1 and len(heat) >= self.max_keys:
                 heat.clear()  # bounded: a key this rare is cold anyway
             heat[key] = count
-        with self._stats_lock:  # _count(1, calls=1), inline
-            self._stats.decisions += 1
-            self._stats.store_calls += 1
+        next(self._cold)  # one decision, one store call (counted without a lock: see _cold)
         return True
 
     def _state(self, spec: LimitSpec) -> KeyLease:
@@ -331,8 +334,9 @@ class LeasingBackend(Backend):
             held = sum(s.held for s in self._keys.values())
             local = sum(s.local for s in self._keys.values())
             with self._stats_lock:
-                return replace(self._stats, held_units=held, local=self._stats.local + local,
-                               decisions=self._stats.decisions + local)
+                s, direct = self._stats, counted(self._cold)
+                return replace(s, held_units=held, local=s.local + local, decisions=s.decisions + local + direct,
+                               store_calls=s.store_calls + direct)
 
     def held_keys(self) -> int:
         with self._keys_lock:
