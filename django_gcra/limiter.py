@@ -92,10 +92,11 @@ def max_wait_us(max_wait: float) -> int:
 def _finish(p: Plan, outcome: Outcome | object | None, request: HttpRequest | None,
             fallback: bool = False) -> Decision:
     decision = _to_decision(p, outcome, fallback)
+    name = p.policy.name
     for observer in observers:
-        observer(sender=p.policy.name, decision=decision, request=request)
+        observer(sender=name, decision=decision, request=request)
     if decision_signal.receivers:
-        decision_signal.send(sender=p.policy.name, decision=decision, request=request)
+        decision_signal.send(sender=name, decision=decision, request=request)
     return decision
 
 
