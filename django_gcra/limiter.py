@@ -109,21 +109,22 @@ def _to_decision(p: Plan, outcome: Outcome | object | None, fallback: bool) -> D
         # Remaining is unknown: report 0 and no limit states, so no quota header claims more.
         return Decision(allowed=True, retry_after=0.0, remaining=0, limit="", policy=name, cost=cost,
                         fallback=fallback, descriptors=descriptors)
-    remaining, reset_after = outcome.remaining, outcome.reset_after
+    # Every field at once: unpacking reads a named tuple in a third of the time of its fields one by one.
+    enforced, would, retry_after, binding, _, remaining, reset_after, _, waited, slots = outcome
     if len(remaining) == 1 and not p.slots:  # one rate limit: the hot path, no comprehension
         pl = p.limits[0]
         limit, least = pl.limit, remaining[0]
         # tuple.__new__ with every field: a named tuple's own __new__ is one more Python frame.
         reset = reset_after[0] / 1e6
         state = _new(LimitState, (limit.name, pl.rate, pl.burst, least, reset, pl.mode, limit.algorithm))
-        allowed = outcome.enforced == ALLOWED
-        if allowed and outcome.would == ALLOWED:
+        allowed = enforced == ALLOWED
+        if allowed and would == ALLOWED:
             return _new(Decision, (True, 0.0, least, limit.name, name, cost, False, fallback, False, reset, 0.0,
-                                   (state,), descriptors, outcome.waited / 1e6, False, outcome.slots))
-        retry = math.inf if outcome.retry_after is None else outcome.retry_after / 1e6
+                                   (state,), descriptors, waited / 1e6, False, slots))
+        retry = math.inf if retry_after is None else retry_after / 1e6
         return _new(Decision, (allowed, 0.0 if allowed else retry, least, limit.name, name, cost, allowed, fallback,
-                               False, reset, retry if allowed else 0.0, (state,), descriptors, outcome.waited / 1e6,
-                               False, outcome.slots))
+                               False, reset, retry if allowed else 0.0, (state,), descriptors, waited / 1e6,
+                               False, slots))
     states = []
     for i, pl in enumerate(p.limits):
         limit = pl.limit
@@ -135,20 +136,20 @@ def _to_decision(p: Plan, outcome: Outcome | object | None, fallback: bool) -> D
                                  remaining[base + j], reset_after[base + j] / 1e6, ps.mode, "concurrency"))
     # Remaining and the binding limit of an allowed decision speak of enforced limits (a
     # shadow limit never lowers what a client is told), unless every limit is in shadow.
-    bind = outcome.binding
+    bind = binding
     if bind is None:  # allowed by every limit: the counted one with the least remaining
         bind = -1
         for i in p.counted:
             if bind < 0 or remaining[i] < remaining[bind]:
                 bind = i
-    least = remaining[bind] if outcome.binding is None else min([remaining[i] for i in p.counted])
-    allowed = outcome.enforced == ALLOWED
-    shadow = allowed and outcome.would != ALLOWED
+    least = remaining[bind] if binding is None else min([remaining[i] for i in p.counted])
+    allowed = enforced == ALLOWED
+    shadow = allowed and would != ALLOWED
     retry = 0.0
     if not allowed or shadow:
-        retry = math.inf if outcome.retry_after is None else outcome.retry_after / 1e6
+        retry = math.inf if retry_after is None else retry_after / 1e6
     capacity = not allowed and bind >= base and p.slots[bind - base].limit.capacity
     state = states[bind]
     return _new(Decision, (allowed, 0.0 if allowed else retry, least, state.name, name, cost, shadow, fallback, False,
                            state.reset_after, retry if shadow else 0.0, tuple(states), descriptors,
-                           outcome.waited / 1e6, capacity, outcome.slots))
+                           waited / 1e6, capacity, slots))
