@@ -62,7 +62,7 @@ def main() -> None:
         from django_gcra import audit, metrics
         from django_gcra.models import AuditEvent, LimitOverride
         from django_gcra.overrides import cache, load_index
-        from django_gcra.signals import observers
+        from django_gcra.signals import notable_observers, observers
 
         LimitOverride.objects.bulk_create(
             [LimitOverride(policy="api", limit="user", match={"tenant": f"t{i}", "user": str(i)}, burst=5)
@@ -72,7 +72,8 @@ def main() -> None:
 
         def state(index: dict, observe: bool) -> None:
             cache.index, cache.loaded_at, cache.next_check = index, time.monotonic(), time.monotonic() + 3600
-            observers[:] = [audit.on_decision, metrics.on_decision] if observe else []
+            observers[:] = []
+            notable_observers[:] = [audit.on_decision, metrics.on_decision] if observe else []
 
         who = {"tenant": "acme", "user": "7"}
         scenarios = [

@@ -12,9 +12,10 @@ class DjangoGCRAConfig(AppConfig):
         # The system checks; override invalidation; and the observers of every decision
         # (the audit trail and metrics; the limiter knows neither).
         from . import audit, checks, metrics, overrides, regions, tally  # noqa: F401
-        from .signals import observers
+        from .signals import notable_observers, observers
 
         override_model = self.get_model("LimitOverride")
         post_save.connect(overrides.on_override_change, sender=override_model, dispatch_uid="gcra_override_save")
         post_delete.connect(overrides.on_override_change, sender=override_model, dispatch_uid="gcra_override_delete")
-        observers[:] = [audit.on_decision, metrics.on_decision, regions.on_decision, tally.on_decision]
+        observers[:] = [regions.on_decision, tally.on_decision]
+        notable_observers[:] = [audit.on_decision, metrics.on_decision]

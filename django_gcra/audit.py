@@ -1,6 +1,6 @@
 """The audit trail, off the request path.
 
-An observer of every decision (``signals.observers``) records denials (``denied``), shadow would-denies
+An observer of the notable decisions (``signals.notable_observers``) records denials (``denied``), shadow would-denies
 (``shadow_denied``) and the denials made without the store (``fallback_denied``: the
 local fallback's, and a ``closed`` policy's refusals while the store is unreachable,
 whose limit is blank) into an in-memory buffer. Records are coalesced per (policy, limit, key, outcome): a flood of
@@ -194,7 +194,7 @@ recorder = AuditRecorder()
 
 
 def on_decision(sender: Any, decision: Decision, request: Any = None, **kwargs: Any) -> None:
-    """Observer of every decision (``signals.observers``): buffer the denials. Never raises."""
+    """Observer of the notable decisions (``signals.notable_observers``): buffer the denials. Never raises."""
     if decision.allowed and not decision.shadow:
         return  # the common case, kept off every other cost
     try:

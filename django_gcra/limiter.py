@@ -22,7 +22,7 @@ from .plan import Plan, get_policy, plan
 from .policy import Policy
 from .rates import Rate
 from .signals import decision as decision_signal
-from .signals import observers
+from .signals import notable_observers, observers
 from .store import backend_for
 from .validation import max_wait_problem
 
@@ -95,6 +95,10 @@ def _finish(p: Plan, outcome: Outcome | object | None, request: HttpRequest | No
     name = p.policy.name
     for observer in observers:
         observer(sender=name, decision=decision, request=request)
+    # Not a plain admission (outcome_of's first test): the audit trail and the metrics see it too.
+    if notable_observers and not (decision.allowed and not (decision.shadow or decision.fallback or decision.waited)):
+        for observer in notable_observers:
+            observer(sender=name, decision=decision, request=request)
     if decision_signal.receivers:
         decision_signal.send(sender=name, decision=decision, request=request)
     return decision

@@ -148,8 +148,8 @@ def export() -> None:
 
 
 def on_decision(sender: Any, decision: Decision, request: Any = None, **kwargs: Any) -> None:
-    """Observer of every decision (``signals.observers``): what the console's counts do not
-    count, the seconds waited and the fallback decisions."""
+    """Observer of the notable decisions (``signals.notable_observers``): what the console's
+    counts do not count, the seconds waited and the fallback decisions."""
     if not AVAILABLE or not (decision.fallback or decision.waited > 0):
         return  # the common case: counted by ``tally``, exported from there
     try:

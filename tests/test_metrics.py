@@ -107,9 +107,10 @@ def test_the_decision_signal_contract(fake_redis):
     finally:
         decision_signal.disconnect(receiver)
     assert received == [("m_api", result, None)]
-    from django_gcra.signals import observers
+    from django_gcra.signals import notable_observers, observers
 
-    assert observers == [audit.on_decision, metrics.on_decision, regions.on_decision, tally.on_decision]  # set in AppConfig.ready
+    assert observers == [regions.on_decision, tally.on_decision]  # set in AppConfig.ready
+    assert notable_observers == [audit.on_decision, metrics.on_decision]
 
 
 def test_without_prometheus_client_metrics_are_a_no_op():
