@@ -38,6 +38,7 @@ request path; a failed write keeps the counts for the next one.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -48,6 +49,7 @@ from typing import Any
 
 from . import catalog, metrics
 from .audit import key_of
+from .backends.key_lease import counted
 from .conf import get_settings
 from .decision import Decision, outcome_of
 from .store import cache_connection
@@ -58,6 +60,7 @@ __all__ = ["MAX_LISTED", "MAX_NEAR", "NEAR_KEPT", "NEAR_SHARE", "Tally", "on_dec
 logger = logging.getLogger("django_gcra")
 
 MAX_LISTED = 1000
+MAX_ADMITTED = 1000  # (policy, limit) pairs counted without a lock; beyond, the general path
 MINUTE, HOUR = 60, 3600
 MINUTE_TTL = 3 * HOUR
 HOUR_TTL = 32 * 86400
@@ -79,6 +82,18 @@ def _redis_key(kind: str, bucket: int) -> str:
     return f"{get_settings().prefix}:{{tally}}:{kind}:{bucket}"
 
 
+class _Admissions:
+    """One (policy, limit)'s plain admissions (one limit, allowed, no key listed): counted
+    with ``next`` (one C call, atomic under the GIL: no lock on the request path), folded
+    into the pending counts as both "seen" and "allowed" when they are read or flushed."""
+
+    __slots__ = ("allowed", "counter", "folded", "seen")
+
+    def __init__(self, policy: str, limit: str) -> None:
+        self.counter, self.folded = itertools.count(), 0
+        self.seen, self.allowed = (policy, limit, "seen"), (policy, limit, "allowed")
+
+
 class Tally:
     """The process's counters and their flusher thread (started on the first decision)."""
 
@@ -89,13 +104,13 @@ class Tally:
     def forget(self) -> None:
         """No counts, no thread, fresh locks: a new tally (a forked child's own)."""
         self.lock = threading.Lock()
-        self.pending: dict[tuple[str, str, str], int] = {}
+        self._pending: dict[tuple[str, str, str], int] = {}  # (read as ``pending``: with the admissions folded in)
         self.pending_keys: dict[tuple[str, str, str], int] = {}
         self.totals: dict[tuple[str, str, str], int] = {}  # since the process started
         self.listed: dict[tuple[str, str], set[str]] = {}
         self.listed_count = 0
         self.pending_near: dict[tuple[str, str, str], tuple[float, dict[str, str]]] = {}
-        self._admitted: dict[tuple[str, str], tuple[tuple[str, str, str], tuple[str, str, str]]] = {}
+        self._admitted: dict[tuple[str, str], _Admissions] = {}
         self._thread: threading.Thread | None = None
         self._started_in = 0  # the pid that started the thread: a forked child starts its own
         self._stop = threading.Event()
@@ -105,31 +120,44 @@ class Tally:
         if (len(limits) == 1 and decision.allowed and not (decision.shadow or decision.fallback or decision.waited)
                 and not self.listed):  # one limit, admitted, no key listed: most decisions
             state = limits[0]
-            fields = self._admitted.get((decision.policy, state.name))
-            if fields is None:
-                fields = self._admitted_fields(decision.policy, state.name)
-            seen, allowed = fields
-            lock = self.lock
-            lock.acquire()  # (not ``with``: its __enter__ parses arguments, this is half the cost)
-            try:
-                pending = self.pending
-                pending[seen] = pending.get(seen, 0) + 1
-                pending[allowed] = pending.get(allowed, 0) + 1
-            finally:
-                lock.release()
-            if state.remaining <= _FAR_SHARE * state.burst and state.burst > 0:  # most stop here
-                self._near(decision, state.name, (state.burst - state.remaining) / state.burst)
+            admissions = self._admitted.get((decision.policy, state.name)) or self._admissions(decision.policy,
+                                                                                             state.name)
+            if admissions is None:  # (too many pairs already: policies built per call)
+                self._count(decision)
+            else:
+                next(admissions.counter)
+                if state.remaining <= _FAR_SHARE * state.burst and state.burst > 0:  # most stop here
+                    self._near(decision, state.name, (state.burst - state.remaining) / state.burst)
         else:
             self._count(decision)
         if self._started_in != _pid and self.autostart:  # the thread's loop never raises: it runs until stop()
             self._start()
 
-    def _admitted_fields(self, policy: str, limit: str) -> tuple[tuple[str, str, str], tuple[str, str, str]]:
-        """The two counts of a one-limit admission, made once per (policy, limit)."""
-        if len(self._admitted) > 1000:  # policies built per call (code, not settings): stay bounded
-            self._admitted.clear()
-        fields = self._admitted[(policy, limit)] = ((policy, limit, "seen"), (policy, limit, "allowed"))
-        return fields
+    def _admissions(self, policy: str, limit: str) -> _Admissions | None:
+        """The (policy, limit)'s admissions counter, made on its first admission; None past
+        ``MAX_ADMITTED`` pairs (never dropped: a thread may be counting on one)."""
+        with self.lock:
+            found = self._admitted.get((policy, limit))
+            if found is None and len(self._admitted) < MAX_ADMITTED:
+                found = self._admitted[(policy, limit)] = _Admissions(policy, limit)
+            return found
+
+    @property
+    def pending(self) -> dict[tuple[str, str, str], int]:
+        """The counts not yet written to Redis, by (policy, limit, "seen" or an outcome)."""
+        with self.lock:
+            self._fold()
+            return self._pending
+
+    def _fold(self) -> None:
+        """Add the admissions counted since the last fold to the pending counts (lock held)."""
+        pending = self._pending
+        for admissions in self._admitted.values():
+            now = counted(admissions.counter)
+            if now != admissions.folded:
+                more, admissions.folded = now - admissions.folded, now
+                pending[admissions.seen] = pending.get(admissions.seen, 0) + more
+                pending[admissions.allowed] = pending.get(admissions.allowed, 0) + more
 
     def _count(self, decision: Decision) -> None:
         """``count`` of any decision: every limit it evaluated seen, its outcome, the listed keys."""
@@ -137,7 +165,7 @@ class Tally:
         policy = decision.policy
         keyed = self._keyed(decision) if self.listed else _NONE_KEYED
         with self.lock:
-            pending = self.pending
+            pending = self._pending
             for state in decision.limits:
                 field = (policy, state.name, "seen")
                 pending[field] = pending.get(field, 0) + 1
@@ -168,8 +196,9 @@ class Tally:
     def decision_totals(self) -> dict[tuple[str, str, str], int]:
         """Every decision this process counted, by (policy, binding limit, outcome)."""
         with self.lock:
+            self._fold()
             totals = {field: n for field, n in self.totals.items() if field[2] != "seen"}
-            for field, n in self.pending.items():
+            for field, n in self._pending.items():
                 if field[2] != "seen":
                     totals[field] = totals.get(field, 0) + n
         return totals
@@ -225,7 +254,8 @@ class Tally:
         the scrapes: ``prometheus_client``'s multiprocess mode)."""
         metrics.export()
         with self.lock:
-            counts, keys, self.pending, self.pending_keys = self.pending, self.pending_keys, {}, {}
+            self._fold()
+            counts, keys, self._pending, self.pending_keys = self._pending, self.pending_keys, {}, {}
             near, self.pending_near = self.pending_near, {}
             for field, n in counts.items():
                 self.totals[field] = self.totals.get(field, 0) + n
@@ -254,7 +284,7 @@ class Tally:
             logger.warning("django_gcra: could not write decision counts (kept for the next flush): %s", exc)
             with self.lock:
                 for field, n in counts.items():
-                    self.pending[field] = self.pending.get(field, 0) + n
+                    self._pending[field] = self._pending.get(field, 0) + n
                     self.totals[field] -= n
                 for field, n in keys.items():
                     self.pending_keys[field] = self.pending_keys.get(field, 0) + n

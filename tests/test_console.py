@@ -88,6 +88,38 @@ def test_a_one_limit_admission_is_counted_as_the_general_path_counts_it(console)
     assert not counts.pending_keys and not general.pending_keys
 
 
+def test_admissions_counted_without_a_lock_are_never_lost_to_concurrent_flushes(console):
+    """Plain admissions are counted with an atomic ``next`` and folded in when read or
+    flushed: 8 threads counting while the main thread flushes lose and double none."""
+    import threading
+
+    counts, _ = console
+    decision = decide("browser", {"tenant": "many"})
+    counts.flush()
+    before = dict(counts.totals)
+    start = threading.Barrier(9)
+
+    def admit() -> None:
+        start.wait()
+        for _ in range(5000):
+            counts.count(decision)
+
+    threads = [threading.Thread(target=admit) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    flushes = 0
+    while any(thread.is_alive() for thread in threads) and flushes < 10_000:
+        assert counts.flush()
+        flushes += 1
+    for thread in threads:
+        thread.join(30)
+    assert counts.flush() and flushes > 1
+    for outcome in ("seen", "allowed"):
+        field = ("browser", "tenant", outcome)
+        assert counts.totals[field] - before.get(field, 0) == 40_000
+
+
 def test_a_failed_flush_keeps_the_counts(console, monkeypatch):
     counts, _ = console
     decide("browser", {"tenant": "acme"})
