@@ -196,7 +196,7 @@ recorder = AuditRecorder()
 def on_decision(sender: Any, decision: Decision, request: Any = None, **kwargs: Any) -> None:
     """Observer of the notable decisions (``signals.notable_observers``): buffer the denials. Never raises."""
     if decision.allowed and not decision.shadow:
-        return  # the common case, kept off every other cost
+        return  # a fallback or waited admission: nothing to audit
     try:
         if get_settings().audit.enabled:
             recorder.record(decision, request)

@@ -447,6 +447,10 @@ def _cache_problems(alias: Any) -> list[Problem]:
 
 
 _current: tuple[Settings, tuple[Problem, ...]] | None = None
+#: The settings ``get_settings()`` last returned, while they stand (None after a change,
+#: and while they are in error): the request path reads them without a call,
+#: ``conf.standing or get_settings()``.
+standing: Settings | None = None
 _listeners: list[Callable[[], None]] = []
 _generation = 0
 
@@ -471,12 +475,16 @@ def problems() -> tuple[Problem, ...]:
 
 def get_settings() -> Settings:
     """The current settings; ``ImproperlyConfigured`` if any of them is in error."""
+    global standing
     current = _current if _current is not None else _load()
     built, found = current
     if found:
         error = next((p for p in found if p.is_error), None)
         if error is not None:
             raise ImproperlyConfigured(f"{error.msg} ({error.id}; run 'manage.py check' for all problems)")
+    standing = built
+    if _current is not current:  # a change came meanwhile: _reload may have run before the line above
+        standing = None
     return built
 
 
@@ -487,9 +495,9 @@ def on_change(callback: Callable[[], None]) -> Callable[[], None]:
 
 
 def _reload(*, setting: str, **kwargs: Any) -> None:
-    global _current, _generation
+    global _current, _generation, standing
     if setting in ("DJANGO_GCRA", "CACHES"):
-        _current = None
+        _current = standing = None
         _generation += 1
         for callback in _listeners:
             callback()

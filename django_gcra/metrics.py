@@ -74,7 +74,8 @@ if AVAILABLE:
     AUDIT_FAILURES = _counter("django_gcra_audit_write_failures_total",
                               "Audit flushes that failed to write (their rows are kept for the next one).", ())
     AUDIT_DROPPED = _counter("django_gcra_audit_dropped_total",
-                             "Audit records dropped because the in-memory buffer was full.", ())
+                             "Audit records dropped: the in-memory buffer was full, or the write at exit failed.",
+                             ())
 
 
 SLOT_COUNTERS = {

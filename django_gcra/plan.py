@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from . import overrides, regions
+from . import conf, overrides, regions
 from .algorithm import ALGORITHMS, CONCURRENCY, GCRA, SLIDING_LOG, SLIDING_WINDOW
 from .backends import LimitSpec
-from .conf import Settings, get_settings, on_change
+from .conf import get_settings, on_change
 from .keys import build_key, escape
 from .policy import Concurrency, Limit, Policy
 from .rates import Rate
@@ -121,24 +121,9 @@ on_change(_plans.clear)
 regions.state.listeners.append(_plans.clear)  # new shares: new specs
 
 
-_settings: Settings | None = None  # get_settings() while the settings stand: one call less per decision
-
-
-@on_change
-def _forget_settings() -> None:
-    global _settings
-    _settings = None
-
-
-def _current_settings() -> Settings:
-    global _settings
-    _settings = get_settings()  # (raises while the settings are in error: nothing is kept)
-    return _settings
-
-
 def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) -> Plan:
     """Resolve the policy's limits for these descriptors; raise on bad input."""
-    settings = _settings or _current_settings()
+    settings = conf.standing or get_settings()  # (the settings without a call, while they stand)
     pol = settings.policies.get(policy) if type(policy) is str else None
     if pol is None:
         pol = get_policy(policy)  # a Policy as it is; else the KeyError that names the configured policies

@@ -36,6 +36,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from . import conf
 from .budgets import Budget, RegionSettings
 from .conf import get_settings, on_change
 from .keys import escape
@@ -319,22 +320,10 @@ def budget_share(budget: Budget, regions: RegionSettings, name: str, values: Map
     return regions.equal if share is None or not 0.0 < share <= 1.0 else share
 
 
-_configured: bool | None = None  # REGIONS set? (None: not known since the settings changed)
-
-
-@on_change
-def _forget_configured() -> None:
-    global _configured
-    _configured = None
-
-
 def on_decision(sender: Any, decision: Any, request: Any = None, **kwargs: Any) -> None:
     """Observer of every decision (``signals.observers``): count the units asked of each
     limit in force, in memory."""
-    global _configured
-    if _configured is None:
-        _configured = get_settings().regions is not None
-    if _configured and decision.limits:
+    if (conf.standing or get_settings()).regions is not None and decision.limits:
         state.count(decision.policy, [s.name for s in decision.limits], decision.cost, decision.descriptors)
 
 

@@ -113,6 +113,28 @@ def test_the_decision_signal_contract(fake_redis):
     assert notable_observers == [audit.on_decision, metrics.on_decision]
 
 
+def test_notable_observers_are_offered_exactly_the_decisions_that_are_not_a_plain_admission(monkeypatch):
+    """The limiter's own test for a plain admission must agree with ``outcome_of``: a
+    decision it wrongly took for plain would never reach the audit trail or the metrics."""
+    from types import SimpleNamespace
+
+    from django_gcra import limiter
+    from django_gcra.decision import Decision
+
+    plain = Decision(allowed=True, retry_after=0.0, remaining=1, limit="l", policy="p")
+    variants = [plain, plain._replace(allowed=False, retry_after=1.0), plain._replace(shadow=True, would_retry_after=1.0),
+                plain._replace(fallback=True), plain._replace(allowed=False, fallback=True, retry_after=1.0),
+                plain._replace(waited=0.25), plain._replace(allowed=False, fallback=True, unavailable=True)]
+    every, notable = [], []
+    monkeypatch.setattr(limiter, "observers", [lambda **kw: every.append(kw["decision"])])
+    monkeypatch.setattr(limiter, "notable_observers", [lambda **kw: notable.append(kw["decision"])])
+    for variant in variants:
+        monkeypatch.setattr(limiter, "_to_decision", lambda p, outcome, fallback, variant=variant: variant)
+        assert limiter._finish(SimpleNamespace(policy=SimpleNamespace(name="p")), None, None) is variant
+    assert every == variants
+    assert notable == [d for d in variants if outcome_of(d) != "allowed"] and len(notable) == 6
+
+
 def test_without_prometheus_client_metrics_are_a_no_op():
     code = ("import sys; sys.modules['prometheus_client'] = None\n"
             "from django_gcra import metrics\n"

@@ -327,3 +327,22 @@ def test_cache_alias_other_than_the_local_regions(gcra_settings, settings):
     region_caches(settings, "us-redis", "other")
     assert ids(gcra_settings, REGIONS=REGIONS, CACHE_ALIAS="other") == ["django_gcra.E087"]
     assert ids(gcra_settings, REGIONS=REGIONS, CACHE_ALIAS="default") == []
+
+
+def test_the_standing_settings_follow_every_change_and_never_hold_settings_in_error(gcra_settings):
+    """``conf.standing`` is what the request path reads instead of calling ``get_settings()``:
+    a change drops it, and settings in error never become it (every decision keeps raising)."""
+    from django_gcra import conf
+
+    gcra_settings(**GOOD)
+    decide("api", {"tenant": "acme", "user": None})
+    good = conf.standing
+    assert good is get_settings() and "api" in good.policies
+    gcra_settings(TIMEOUT=0)
+    assert conf.standing is None
+    for _ in range(2):
+        with pytest.raises(ImproperlyConfigured, match="E040"):
+            decide("api", {"tenant": "acme", "user": None})
+        assert conf.standing is None
+    gcra_settings(**GOOD)
+    assert conf.standing is None and get_settings() is conf.standing is not good
