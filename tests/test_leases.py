@@ -179,6 +179,26 @@ def test_low_water_prefetch_keeps_the_request_path_off_the_store(store, clock):
     assert stats.local == 46 and stats.decisions == 47  # only the first decision waited on the store
 
 
+def test_a_request_running_dry_takes_over_a_prefetch_that_has_not_started(store, clock):
+    # One busy thread holding the GIL: the prefetch's thread has not run when the lease is spent.
+    jobs = []
+    backend = leased(store, clock, low_water=3, prefetch=jobs.append)
+    for _ in range(10):
+        assert backend.evaluate([SPEC], 1).allowed  # 3 left after the 7th: a prefetch is queued
+    assert len(jobs) == 1 and store.calls == 1 and backend.stats().held_units == 0
+    assert backend.evaluate([SPEC], 1).allowed  # dry: this request refills itself, at once
+    assert store.calls == 2 and backend.stats().held_units == 9
+    jobs.pop()()  # the queued prefetch finds its claim taken: no call, no units
+    assert store.calls == 2 and backend.stats().held_units == 9
+    for _ in range(6):
+        backend.evaluate([SPEC], 1)  # 3 left again: a new prefetch is queued, and runs
+    assert len(jobs) == 1
+    jobs.pop()()
+    assert store.calls == 3 and backend.stats().held_units == 13
+    stats = backend.stats()
+    assert (stats.decisions, stats.leased_units, stats.stranded_units) == (17, 30, 0)
+
+
 def test_idle_leases_are_evicted_and_memory_is_bounded(store, clock):
     backend = leased(store, clock, max_keys=3)
     for i in range(5):

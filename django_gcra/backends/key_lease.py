@@ -47,13 +47,14 @@ class KeyLease:
     that runs out first), so the local path checks two numbers."""
 
     __slots__ = ("capacity", "denied_need", "denied_until", "expires", "first", "held", "interval", "local", "lock",
-                 "refilling", "rest", "second", "second_expires", "seen_at", "settled", "spec", "store_now")
+                 "queued", "refilling", "rest", "second", "second_expires", "seen_at", "settled", "spec", "store_now")
 
     def __init__(self, spec: LimitSpec) -> None:
         self.lock = threading.Lock()
         self.held = self.first = self.second = 0
         self.expires = self.second_expires = 0.0
-        self.refilling = False  # a refill or prefetch call is in flight
+        self.refilling = False  # a refill or prefetch is claimed (queued or in flight)
+        self.queued = False  # the claim is a prefetch not started yet (its thread has not run)
         self.settled = threading.Event()  # set when it ends
         self.set_spec(spec)
         self.denied_need = 0
@@ -67,8 +68,10 @@ class KeyLease:
         self.spec, self.interval, self.capacity = spec, spec.interval, spec.interval * spec.burst
         self.denied_until = 0.0  # a refill of `denied_need` units was denied until then
 
-    def claim(self) -> None:
-        self.refilling = True
+    def claim(self, queued: bool = False) -> None:
+        """Claim the key's refill: a call on this thread, or (``queued``) a prefetch that a
+        request running dry before it starts takes over (``LeasingBackend._serve``)."""
+        self.refilling, self.queued = True, queued
         self.settled.clear()
 
     def settle(self) -> None:

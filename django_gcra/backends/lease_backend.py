@@ -109,7 +109,7 @@ class LeasingBackend(Backend):
             outcome = state.outcome(now)
             if not (self.low_water and state.held <= self.low_water and not state.refilling):
                 return outcome
-            state.claim()
+            state.claim(queued=True)
         finally:
             lock.release()
         self._start_prefetch(state, in_loop)  # (outside the key's lock)
@@ -245,15 +245,15 @@ class LeasingBackend(Backend):
                 state.spend(cost)
                 state.local += 1
                 if self.low_water and state.held <= self.low_water and not state.refilling:
-                    state.claim()
+                    state.claim(queued=True)
                     prefetch = True
                 served = state.outcome(now)
             elif state.denies(now, cost):
                 state.local += 1
                 served = state.outcome(now, DENIED)
-            elif state.refilling:
+            elif state.refilling and not state.queued:  # a call for the key is in flight
                 served = None
-            else:
+            else:  # refill now; a prefetch still queued is taken over (see _prefetch)
                 state.claim()
                 own = state.take_all()
                 if stranded:
@@ -292,8 +292,19 @@ class LeasingBackend(Backend):
             held = state.held
         return outcome._replace(remaining=(outcome.remaining[0] + held,))
 
+    @staticmethod
+    def _start(state: KeyLease) -> bool:
+        """A queued prefetch starts; False if a request that ran dry first has taken it
+        over (one busy thread holds the GIL: the prefetch's thread may not run before the
+        lease is spent, and the request then refills it itself, as without low water)."""
+        with state.lock:
+            queued, state.queued = state.queued, False
+        return queued
+
     def _prefetch(self, state: KeyLease) -> None:
         """Top the lease up ahead of need, off the request path (a background thread)."""
+        if not self._start(state):
+            return
         started, outcome = self.clock(), None
         try:
             outcome = self.inner.take([state.spec], self.size, 1)
@@ -303,6 +314,8 @@ class LeasingBackend(Backend):
 
     async def _aprefetch(self, state: KeyLease) -> None:
         """``_prefetch`` as a task of the event loop."""
+        if not self._start(state):
+            return
         started, outcome = self.clock(), None
         try:
             outcome = await self.inner.atake([state.spec], self.size, 1)
