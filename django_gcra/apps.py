@@ -17,5 +17,6 @@ class DjangoGCRAConfig(AppConfig):
         override_model = self.get_model("LimitOverride")
         post_save.connect(overrides.on_override_change, sender=override_model, dispatch_uid="gcra_override_save")
         post_delete.connect(overrides.on_override_change, sender=override_model, dispatch_uid="gcra_override_delete")
-        observers[:] = [regions.on_decision, tally.on_decision]
+        observers[:] = [tally.on_decision]
+        regions.observe_demand()  # and a region's demand, first, while REGIONS is set
         notable_observers[:] = [audit.on_decision, metrics.on_decision]

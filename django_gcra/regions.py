@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.utils.module_loading import import_string
 
 from . import conf
@@ -41,10 +42,11 @@ from .budgets import Budget, RegionSettings
 from .conf import get_settings, on_change
 from .keys import escape
 from .policy import Limit, Policy
+from .signals import observers
 from .store import cache_connection, in_event_loop
 
-__all__ = ["RebalanceResult", "RegionCollector", "ShareState", "next_shares", "on_decision", "rebalance", "scale",
-           "share_of", "state", "status_lines", "tick"]
+__all__ = ["RebalanceResult", "RegionCollector", "ShareState", "next_shares", "observe_demand", "on_decision",
+           "rebalance", "scale", "share_of", "state", "status_lines", "tick"]
 
 logger = logging.getLogger("django_gcra")
 
@@ -320,11 +322,26 @@ def budget_share(budget: Budget, regions: RegionSettings, name: str, values: Map
     return regions.equal if share is None or not 0.0 < share <= 1.0 else share
 
 
-def on_decision(sender: Any, decision: Any, request: Any = None, **kwargs: Any) -> None:
-    """Observer of every decision (``signals.observers``): count the units asked of each
-    limit in force, in memory."""
+def on_decision(sender: Any, decision: Any, request: Any = None) -> None:
+    """Observer of every decision (``signals.observers``) while ``REGIONS`` is set
+    (``observe_demand``): count the units asked of each limit in force, in memory."""
     if (conf.standing or get_settings()).regions is not None and decision.limits:
         state.count(decision.policy, [s.name for s in decision.limits], decision.cost, decision.descriptors)
+
+
+@on_change
+def observe_demand() -> None:
+    """Keep ``on_decision`` first among ``signals.observers`` exactly while the settings
+    name ``REGIONS`` (read raw: settings in error keep it, and their decisions raise
+    anyway), so that a process without regions makes one call less per decision. Called
+    by ``AppConfig.ready`` and on every settings change."""
+    raw = getattr(django_settings, "DJANGO_GCRA", {})
+    wanted = not isinstance(raw, Mapping) or raw.get("REGIONS") is not None
+    present = on_decision in observers
+    if wanted and not present:
+        observers.insert(0, on_decision)
+    elif present and not wanted:
+        observers.remove(on_decision)
 
 
 # The rebalancer --------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from django.dispatch import Signal
 decision = Signal()
 
 #: The app's own observers of every decision (the console's counts, a region's demand),
-#: called with the signal's arguments just before it is sent. They are set in
+#: called as ``observer(sender, decision, request)`` (the signal's arguments, by position)
+#: just before it is sent. They are set in
 #: ``AppConfig.ready`` and called directly: the signal's per-call receiver bookkeeping
 #: would cost more than all of them on the hot path.
 observers: list[Callable[..., Any]] = []

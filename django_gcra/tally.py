@@ -119,15 +119,15 @@ class Tally:
         limits = decision.limits
         if (len(limits) == 1 and decision.allowed and not (decision.shadow or decision.fallback or decision.waited)
                 and not self.listed):  # one limit, admitted, no key listed: most decisions
-            state = limits[0]
-            admissions = self._admitted.get((decision.policy, state.name)) or self._admissions(decision.policy,
-                                                                                             state.name)
+            name, _, burst, remaining, _, _, _ = limits[0]  # (unpacked: cheaper than three fields)
+            policy = decision.policy
+            admissions = self._admitted.get((policy, name)) or self._admissions(policy, name)
             if admissions is None:  # (too many pairs already: policies built per call)
                 self._count(decision)
             else:
                 next(admissions.counter)
-                if state.remaining <= _FAR_SHARE * state.burst and state.burst > 0:  # most stop here
-                    self._near(decision, state.name, (state.burst - state.remaining) / state.burst)
+                if remaining <= _FAR_SHARE * burst and burst > 0:  # most stop here
+                    self._near(decision, name, (burst - remaining) / burst)
         else:
             self._count(decision)
         if self._started_in != _pid and self.autostart:  # the thread's loop never raises: it runs until stop()
@@ -377,7 +377,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
-def on_decision(sender: Any, decision: Decision, request: Any = None, **kwargs: Any) -> None:
+def on_decision(sender: Any, decision: Decision, request: Any = None) -> None:
     """Observer of every decision (``signals.observers``): count it. Never raises."""
     try:
         tally.count(decision)

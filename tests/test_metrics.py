@@ -94,7 +94,7 @@ def test_outcome_labels():
 
 
 def test_the_decision_signal_contract(fake_redis):
-    from django_gcra import audit, metrics, regions, tally
+    from django_gcra import audit, metrics, tally
 
     received = []
 
@@ -109,7 +109,7 @@ def test_the_decision_signal_contract(fake_redis):
     assert received == [("m_api", result, None)]
     from django_gcra.signals import notable_observers, observers
 
-    assert observers == [regions.on_decision, tally.on_decision]  # set in AppConfig.ready
+    assert observers == [tally.on_decision]  # set in AppConfig.ready (and regions.on_decision with REGIONS)
     assert notable_observers == [audit.on_decision, metrics.on_decision]
 
 
@@ -126,8 +126,8 @@ def test_notable_observers_are_offered_exactly_the_decisions_that_are_not_a_plai
                 plain._replace(fallback=True), plain._replace(allowed=False, fallback=True, retry_after=1.0),
                 plain._replace(waited=0.25), plain._replace(allowed=False, fallback=True, unavailable=True)]
     every, notable = [], []
-    monkeypatch.setattr(limiter, "observers", [lambda **kw: every.append(kw["decision"])])
-    monkeypatch.setattr(limiter, "notable_observers", [lambda **kw: notable.append(kw["decision"])])
+    monkeypatch.setattr(limiter, "observers", [lambda sender, decision, request: every.append(decision)])
+    monkeypatch.setattr(limiter, "notable_observers", [lambda sender, decision, request: notable.append(decision)])
     for variant in variants:
         monkeypatch.setattr(limiter, "_to_decision", lambda p, outcome, fallback, variant=variant: variant)
         assert limiter._finish(SimpleNamespace(policy=SimpleNamespace(name="p")), None, None) is variant

@@ -127,6 +127,20 @@ def test_shared_specs_follow_the_table_read_from_the_local_redis(three_regions):
     assert spec("api") == (4168, 24)  # eu reads only eu's Redis
 
 
+def test_a_region_s_demand_is_observed_exactly_while_regions_is_set(three_regions, gcra_settings):
+    from django_gcra import tally
+    from django_gcra.signals import observers
+
+    gcra_settings(POLICIES={"api": one()})
+    assert observers == [tally.on_decision]  # without REGIONS: one call less per decision
+    three_regions({"api": one()})
+    assert observers == [regions.on_decision, tally.on_decision]
+    three_regions({"api": one()}, local="us")  # a change that keeps REGIONS: observed once
+    assert observers == [regions.on_decision, tally.on_decision]
+    gcra_settings(POLICIES={"api": one()})
+    assert observers == [tally.on_decision]
+
+
 def test_demand_is_counted_per_limit_and_flushed_to_the_local_redis(three_regions):
     from django_redis import get_redis_connection
 
