@@ -190,13 +190,17 @@ def test_a_request_running_dry_takes_over_a_prefetch_that_has_not_started(store,
     assert store.calls == 2 and backend.stats().held_units == 9
     jobs.pop()()  # the queued prefetch finds its claim taken: no call, no units
     assert store.calls == 2 and backend.stats().held_units == 9
-    for _ in range(6):
-        backend.evaluate([SPEC], 1)  # 3 left again: a new prefetch is queued, and runs
+    for _ in range(10):
+        backend.evaluate([SPEC], 1)  # for a ttl, the key refills on demand: no prefetch queued
+    assert not jobs and store.calls == 3 and backend.stats().held_units == 9
+    clock.t += 1.0  # a ttl later (the 9 units expire): prefetches again
+    for _ in range(7):
+        backend.evaluate([SPEC], 1)  # a new lease, 3 left: a prefetch is queued, and runs
     assert len(jobs) == 1
     jobs.pop()()
-    assert store.calls == 3 and backend.stats().held_units == 13
+    assert store.calls == 5 and backend.stats().held_units == 13
     stats = backend.stats()
-    assert (stats.decisions, stats.leased_units, stats.stranded_units) == (17, 30, 0)
+    assert (stats.decisions, stats.leased_units, stats.stranded_units) == (28, 50, 9)
 
 
 def test_idle_leases_are_evicted_and_memory_is_bounded(store, clock):

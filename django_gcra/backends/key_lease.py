@@ -47,7 +47,8 @@ class KeyLease:
     that runs out first), so the local path checks two numbers."""
 
     __slots__ = ("capacity", "denied_need", "denied_until", "expires", "first", "held", "interval", "local", "lock",
-                 "queued", "refilling", "rest", "second", "second_expires", "seen_at", "settled", "spec", "store_now")
+                 "prefetch_from", "queued", "refilling", "rest", "second", "second_expires", "seen_at", "settled",
+                 "spec", "store_now")
 
     def __init__(self, spec: LimitSpec) -> None:
         self.lock = threading.Lock()
@@ -55,6 +56,7 @@ class KeyLease:
         self.expires = self.second_expires = 0.0
         self.refilling = False  # a refill or prefetch is claimed (queued or in flight)
         self.queued = False  # the claim is a prefetch not started yet (its thread has not run)
+        self.prefetch_from = 0.0  # no prefetch before then (one was taken over: see LeasingBackend._serve)
         self.settled = threading.Event()  # set when it ends
         self.set_spec(spec)
         self.denied_need = 0

@@ -21,6 +21,14 @@ holds: exact for one process, optimistic by what other processes took since that
 The local path (a leased key whose lease covers the cost) is a dict lookup, one lock
 held for a few integer operations, and one ``Outcome``: no other object is made.
 
+Low water (``low_water`` > 0): the request that leaves the lease at or below it queues a
+prefetch, which tops the lease up off the request path (a background thread, or a task
+of the event loop). One thread deciding back to back holds the GIL, so the prefetch's
+thread may not even start before the lease is spent: the request that runs it dry then
+takes the refill over (one call on its own thread, as without low water, and the
+prefetch makes none), and the key refills on demand for one ``ttl`` before it queues a
+prefetch again.
+
 Shaping (``max_wait``): a decision is first decided as without a wait (served from the
 lease, or taking one, as usual); only if that denies, and for at most ``max_wait``, does it
 go to the store once more, with ``max_wait``, which reserves its slot there (the leased
@@ -107,7 +115,8 @@ class LeasingBackend(Backend):
                 state.second = 0
             state.local += 1
             outcome = state.outcome(now)
-            if not (self.low_water and state.held <= self.low_water and not state.refilling):
+            if not (self.low_water and state.held <= self.low_water and not state.refilling
+                    and now >= state.prefetch_from):
                 return outcome
             state.claim(queued=True)
         finally:
@@ -244,7 +253,8 @@ class LeasingBackend(Backend):
             if state.held >= cost:
                 state.spend(cost)
                 state.local += 1
-                if self.low_water and state.held <= self.low_water and not state.refilling:
+                if (self.low_water and state.held <= self.low_water and not state.refilling
+                        and now >= state.prefetch_from):
                     state.claim(queued=True)
                     prefetch = True
                 served = state.outcome(now)
@@ -253,7 +263,10 @@ class LeasingBackend(Backend):
                 served = state.outcome(now, DENIED)
             elif state.refilling and not state.queued:  # a call for the key is in flight
                 served = None
-            else:  # refill now; a prefetch still queued is taken over (see _prefetch)
+            else:  # refill now; a prefetch still queued is taken over (see _start), and the
+                # key refills on demand for a ttl (its requests outrun the prefetch's thread)
+                if state.queued:
+                    state.prefetch_from = now + self.ttl
                 state.claim()
                 own = state.take_all()
                 if stranded:
