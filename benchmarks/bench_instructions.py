@@ -13,8 +13,9 @@ their dicts alike. Paths:
 
 - ``leased-local``: a hot key whose lease never runs out (900 units a lease, 300 s ttl,
   far under the limit): every decision local, no refill, no prefetch;
-- ``leased-50``: the hot key at lease 50, low-water 10 (a prefetch every 40 decisions,
-  its work on the background thread, counted too);
+- ``leased-50``: the hot key at lease 50, low-water 10 (a refill every 50 decisions:
+  in this one busy thread mostly taken over by the request, else on the prefetch's
+  thread, counted either way);
 - ``plain``: the same hot key without a lease: one script call per decision;
 - ``plain-cold`` and ``leased-cold``: 10,000 keys round robin, unleased and at lease 50
   (no key proves hot: one store call each);
