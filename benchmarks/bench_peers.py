@@ -31,7 +31,7 @@ from dataclasses import asdict
 from tests.support.servers import start_redis
 
 from .peers.contenders import FACTORIES, LOOSE, SLIDING_PAIRS, STRICT, build, setup_django
-from .peers.measure import Timing, commands, memory, over_admission, rounds
+from .peers.measure import Timing, commands, memory, over_admission, rounds, server_times
 
 KEYS = 10_000
 # --sliding: GCRA for reference, the sliding pairs, nothing else.
@@ -82,6 +82,9 @@ def measure(server, args) -> dict:
     timings = rounds(cases, args.ops, args.rounds)
     cmd1 = {k: commands(client, c, hot, args.cmd_ops) for k, c in single.items()}
     cmd2 = {k: commands(client, c, hot, args.cmd_ops) for k, c in two.items()}
+    srv_rounds = max(1, args.rounds // 2)
+    srv1 = server_times(client, {k: (c, hot) for k, c in single.items()}, max(1, args.cmd_ops // 5), srv_rounds)
+    srv2 = server_times(client, {k: (c, hot) for k, c in two.items()}, max(1, args.cmd_ops // 5), srv_rounds)
     strict = {k: build(k, url, "strict") for k in names}
     mem = {k: memory(client, c, args.mem_users, 10) for k, c in strict.items()}
     adm = over_admission(client, url, server.port, {k: c.algorithm for k, c in single.items()},
@@ -105,7 +108,7 @@ def measure(server, args) -> dict:
             "p99_rounds": timings[(k, "hot")].round_percentiles(99),
             "gcra_over_this": ratio(gcra1, timings[(k, "hot")]),
             "round_trips": cmd1[k].round_trips, "server_commands": cmd1[k].server, "commands": cmd1[k].detail,
-            "server_us": cmd1[k].server_us,
+            "server_us": statistics.median(srv1[k]), "server_us_rounds": srv1[k],
             "bytes_per_user": mem[k].bytes_per_identity, "keys_per_user": mem[k].keys_per_identity,
             "admitted": adm[k].admitted, "calls": adm[k].calls, "promised": adm[k].promised,
             "admitted_over_promise": adm[k].ratio, "elapsed": adm[k].elapsed,
@@ -115,16 +118,21 @@ def measure(server, args) -> dict:
             "rate_rounds": timings[(k, "two")].rates,
             "gcra_over_this": ratio(gcra2, timings[(k, "two")]),
             "round_trips": cmd2[k].round_trips, "server_commands": cmd2[k].server, "commands": cmd2[k].detail,
-            "server_us": cmd2[k].server_us,
+            "server_us": statistics.median(srv2[k]), "server_us_rounds": srv2[k],
         } for k, c in two.items()],
         "sliding": [{
             "ours": ours, "peer": peer, "name": single[ours].name, "peer_name": single[peer].name,
             "one": ratio(timings[(ours, "hot")], timings[(peer, "hot")]),
             "two": ratio(timings[(ours, "two")], timings[(peer, "two")]),
-            "server_us": (cmd1[ours].server_us, cmd1[peer].server_us),
-            "server_us_two": (cmd2[ours].server_us, cmd2[peer].server_us),
+            "server_us": (statistics.median(srv1[ours]), statistics.median(srv1[peer])),
+            "server_us_two": (statistics.median(srv2[ours]), statistics.median(srv2[peer])),
             "bytes_per_key": tuple(mem[k].bytes_per_identity / max(mem[k].keys_per_identity, 1) for k in (ours, peer)),
         } for ours, peer in SLIDING_PAIRS.items()],
+        # Redis time per decision, django_gcra's over the bare script's (two limits: one
+        # script call against the bare script's two): medians of the per-round ratios.
+        "server_over_bare": {case: (statistics.median(a / b for a, b in zip(srv["django_gcra"], srv["bare"]))
+                                    if "django_gcra" in srv and "bare" in srv else None)
+                             for case, srv in (("one", srv1), ("two", srv2))},
         "leased_over_bare_hot": (ratio(timings[("django_gcra_leased", "hot")], timings[("bare", "hot")])
                                  if ("bare", "hot") in timings and ("django_gcra_leased", "hot") in timings else None),
     }
@@ -137,27 +145,34 @@ def report(r: dict) -> None:
           f"(GCRA burst {LOOSE.burst:,}), never reached: every decision takes the admit path.\n"
           f"{r['versions']}; load average {r['load']:.1f} on {os.cpu_count()} CPUs at the start")
     print(f"\n{'single limit (user)':<36}{'algorithm':<23}{'hot/s':>7}{'10k/s':>7}{'gcra/x':>7}{'cpu us':>7}"
-          f"{'p50 us':>7}{'p99 us':>7}{'trips':>6}{'cmds':>6}{'B/user':>7}{'keys':>5}")
+          f"{'p50 us':>7}{'p99 us':>7}{'srv us':>7}{'trips':>6}{'cmds':>6}{'B/user':>7}{'keys':>5}")
     for s in r["single"]:
         print(f"{s['name']:<36}{s['algorithm']:<23}{s['hot']:>7,.0f}{s['many']:>7,.0f}{s['gcra_over_this']:>7.2f}"
-              f"{s['cpu_us']:>7.0f}{s['p50_us']:>7.0f}{s['p99_us']:>7.0f}{s['round_trips']:>6.2f}"
+              f"{s['cpu_us']:>7.0f}{s['p50_us']:>7.0f}{s['p99_us']:>7.0f}{s['server_us']:>7.1f}{s['round_trips']:>6.2f}"
               f"{s['server_commands']:>6.2f}{s['bytes_per_user']:>7.0f}{s['keys_per_user']:>5.1f}")
     print("gcra/x: django_gcra's decisions/s over this one's on the hot key (median of per-round ratios); "
-          "cpu us: client CPU per decision;\ntrips: commands the client sends per decision; cmds: commands Redis "
-          "runs per decision; B/user, keys: Redis memory and keys one user's 10 decisions leave.")
+          "cpu us: client CPU per decision;\nsrv us: Redis's own time per decision on the hot key (INFO commandstats "
+          "usec of the commands sent, a script's inner ones counted once; median of alternating rounds);\n"
+          "trips: commands the client sends per decision; cmds: commands Redis runs per decision; B/user, keys: "
+          "Redis memory and keys one user's 10 decisions leave.")
     if r["leased_over_bare_hot"] is not None:
         print(f"leased/bare (hot key): {r['leased_over_bare_hot']:.2f}x (target >= 5x)")
     if any("[lease inactive]" in s["name"] for s in r["single"]):
         print("  [lease inactive]: the leased policy still sent one command per decision, so this build of "
               "django_gcra does not serve leases from memory; its leased figures are plain decide() figures.")
-    print(f"\n{'two limits (tenant + user)':<36}{'decisions/s':>12}{'gcra/x':>8}{'cpu us':>7}{'trips':>6}{'cmds':>6}")
+    print(f"\n{'two limits (tenant + user)':<36}{'decisions/s':>12}{'gcra/x':>8}{'cpu us':>7}{'srv us':>7}{'trips':>6}"
+          f"{'cmds':>6}")
     for t in r["two"]:
-        print(f"{t['name']:<36}{t['rate']:>12,.0f}{t['gcra_over_this']:>8.2f}{t['cpu_us']:>7.0f}"
+        print(f"{t['name']:<36}{t['rate']:>12,.0f}{t['gcra_over_this']:>8.2f}{t['cpu_us']:>7.0f}{t['server_us']:>7.1f}"
               f"{t['round_trips']:>6.2f}{t['server_commands']:>6.2f}")
     peers = [t for t in r["two"] if not t["key"].startswith(("django_gcra", "bare"))]
     worst = min(peers, key=lambda t: t["gcra_over_this"])
     print(f"django_gcra composite / slowest-to-beat peer ({worst['name']}): "
           f"{worst['gcra_over_this']:.2f}x (target >= 1.8x)")
+    over = r.get("server_over_bare") or {}
+    if over.get("one") is not None and over.get("two") is not None:
+        print(f"Redis time per decision, django_gcra / bare script (median of per-round ratios): one limit "
+              f"{over['one']:.2f}x, two limits {over['two']:.2f}x (one script call against two; target <= 1.1x)")
     print("\nsliding algorithms against limits' same algorithm (decisions/s ratio, median of per-round ratios; "
           "server us: Redis time per decision; B/key after 10 decisions):")
     print(f"{'ours':<32}{'peer':<26}{'one':>6}{'two':>6}{'srv us 1':>14}{'srv us 2':>14}{'B/key':>13}")

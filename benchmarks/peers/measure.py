@@ -1,4 +1,4 @@
-"""The measurements of ``bench_peers``: rounds, commands, memory, and 8-process over-admission.
+"""The measurements of ``bench_peers``: rounds, commands, Redis time, memory, and 8-process over-admission.
 
 Every loop is bounded in count, and the over-admission loop in time as well.
 """
@@ -83,27 +83,43 @@ class Commands:
     round_trips: float  # commands the client sent, per decision
     server: float  # commands Redis ran, per decision, those inside scripts included
     detail: str  # e.g. "evalsha 1.00 | get 1.00, set 1.00, time 1.00"
-    server_us: float = 0.0  # Redis's own time per decision (INFO commandstats usec of the commands sent)
 
 
 def commands(client, contender: Contender, workload: Workload, n: int) -> Commands:
     """Commands per decision: what the client sends (``wire.sent_commands``) and what
     Redis runs (``INFO commandstats`` deltas)."""
     contender.decide(*workload(0))
-    before, usec_before = _commandstats(client), _command_usec(client)
+    before = _commandstats(client)
     with sent_commands() as sent:
         for i in range(n):
             contender.decide(*workload(i))
-    after, usec_after = _commandstats(client), _command_usec(client)
+    after = _commandstats(client)
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     delta = {k: v for k, v in delta.items() if v and k != "info"}
     sent_kinds = sorted(set(sent))
     in_scripts = {k: v - sent.count(k) for k, v in delta.items() if v > sent.count(k)}
     detail = (", ".join(f"{k} {sent.count(k) / n:.2f}" for k in sent_kinds) + " | "
               + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(in_scripts.items())))
-    # A script's usec covers the commands it runs, so only what the client sent is summed.
-    server_us = sum(usec_after.get(k, 0) - usec_before.get(k, 0) for k in sent_kinds if k != "info") / n
-    return Commands(len(sent) / n, sum(delta.values()) / n, detail, server_us)
+    return Commands(len(sent) / n, sum(delta.values()) / n, detail)
+
+
+def server_times(client, cases: dict[str, tuple[Contender, Workload]], n: int, rounds: int) -> dict[str, list[float]]:
+    """Redis's own time per decision, us, one figure per round: the ``INFO commandstats``
+    usec of the commands each contender sends (a script's usec covers the commands it
+    runs, so those are not added again), the contenders alternating within each round,
+    so a change in the machine's load hits them alike."""
+    for contender, workload in cases.values():
+        contender.decide(*workload(0))  # scripts loaded, connections made
+    per: dict[str, list[float]] = {key: [] for key in cases}
+    for _ in range(rounds):
+        for key, (contender, workload) in cases.items():
+            before = _command_usec(client)
+            with sent_commands() as sent:
+                for i in range(n):
+                    contender.decide(*workload(i))
+            after = _command_usec(client)
+            per[key].append(sum(after.get(k, 0) - before.get(k, 0) for k in set(sent) if k != "info") / n)
+    return per
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,26 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local n = #KEYS
+-- The hot path, straight through: one enforcing GCRA limit, nothing more asked (no lease
+-- refill, no wait, no token). The same reply, writes and arithmetic as the loops below.
+if n == 1 and ARGV[4] == '1' and not ARGV[5] then
+  local interval, burst = tonumber(ARGV[2]), tonumber(ARGV[3])
+  local tat = tonumber(redis.call('GET', KEYS[1])) or now
+  if tat < now then tat = now end
+  local tolerance = interval * burst
+  if cost > burst then
+    return {-1, -1, -1, 1, now, math.max(0, math.floor((now + tolerance - tat) / interval)), tat - now}
+  end
+  local new_tat = tat + interval * cost
+  if new_tat - tolerance > now then
+    return {0, 0, new_tat - tolerance - now, 1, now, math.max(0, math.floor((now + tolerance - tat) / interval)),
+            tat - now}
+  end
+  if cost > 0 then  -- ('%d': exact for whole us, cheaper than '%.0f')
+    redis.call('SET', KEYS[1], string.format('%d', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1)
+  end
+  return {1, 1, 0, 0, now, math.floor((now + tolerance - new_tat) / interval), new_tat - now}  -- (>= 0: allowed)
+end
 -- The sliding algorithms' helpers are built only for a call that has such a limit, so a
 -- GCRA-only call (the hot path) pays nothing for them, and a log-only call nothing for
 -- the weighted window's.
