@@ -12,9 +12,8 @@ decision = Signal()
 
 #: The app's own observers of every decision (the console's counts, a region's demand),
 #: called as ``observer(sender, decision, request)`` (the signal's arguments, by position)
-#: just before it is sent. They are set in
-#: ``AppConfig.ready`` and called directly: the signal's per-call receiver bookkeeping
-#: would cost more than all of them on the hot path.
+#: just before it is sent. They are set in ``AppConfig.ready`` and called directly: the
+#: signal's per-call receiver bookkeeping would cost more than all of them on the hot path.
 observers: list[Callable[..., Any]] = []
 
 #: The app's own observers of the decisions that are not a plain admission (denied, shadow
