@@ -8,7 +8,9 @@ Starts a private redis-server on a free loopback port and measures, in one run:
 decisions per second from one client thread (a hot key, and 10,000 keys; medians of
 short rounds in which all the cases alternate), p50/p99 latency on the hot key, Redis
 commands per decision on a hot key (what the client sends, and what Redis runs with the
-commands inside scripts, from INFO commandstats), memory per limited user (MEMORY USAGE
+commands inside scripts, from INFO commandstats), Redis's own time per decision (INFO
+commandstats usec of the commands sent, in rounds in which the contenders alternate),
+memory per limited user (MEMORY USAGE
 of every key one user's 10 decisions leave, averaged over 200 users), a two-limit case
 (tenant + user) for every contender that can express it, and what 8 processes hammering
 one key are admitted against what each contender's own algorithm promises.
@@ -204,7 +206,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=3.0, help="over-admission run per contender")
     parser.add_argument("--processes", type=int, default=8)
-    parser.add_argument("--cmd-ops", type=int, default=500, help="decisions counted for commands per decision")
+    parser.add_argument("--cmd-ops", type=int, default=500, help="decisions counted for commands per decision; a fifth of them per round for Redis time")
     parser.add_argument("--mem-users", type=int, default=200, help="users averaged for memory per user")
     parser.add_argument("--img", default="docs/img", help="where to draw the plots ('' for none)")
     parser.add_argument("--json", default="benchmarks/results/peers.json",

@@ -119,15 +119,14 @@ class Tally:
         limits = decision.limits
         if (len(limits) == 1 and decision.allowed and not (decision.shadow or decision.fallback or decision.waited)
                 and not self.listed):  # one limit, admitted, no key listed: most decisions
-            name, _, burst, remaining, _, _, _ = limits[0]  # (unpacked: cheaper than three fields)
-            policy = decision.policy
-            admissions = self._admitted.get((policy, name)) or self._admissions(policy, name)
+            state, policy = limits[0], decision.policy
+            admissions = self._admitted.get((policy, state.name)) or self._admissions(policy, state.name)
             if admissions is None:  # (too many pairs already: policies built per call)
                 self._count(decision)
             else:
                 next(admissions.counter)
-                if remaining <= _FAR_SHARE * burst and burst > 0:  # most stop here
-                    self._near(decision, name, (burst - remaining) / burst)
+                if state.remaining <= _FAR_SHARE * state.burst and state.burst > 0:  # most stop here
+                    self._near(decision, state.name, (state.burst - state.remaining) / state.burst)
         else:
             self._count(decision)
         if self._started_in != _pid and self.autostart:  # the thread's loop never raises: it runs until stop()

@@ -55,7 +55,7 @@ class KeyLease:
         self.held = self.first = self.second = 0
         self.expires = self.second_expires = 0.0
         self.refilling = False  # a refill or prefetch is claimed (queued or in flight)
-        self.queued = False  # the claim is a prefetch not started yet (its thread has not run)
+        self.queued = False  # the claim is a prefetch not started yet (LeasingBackend._begin_prefetch)
         self.prefetch_from = 0.0  # no prefetch before then (one was taken over: see LeasingBackend._serve)
         self.settled = threading.Event()  # set when it ends
         self.set_spec(spec)

@@ -263,7 +263,7 @@ class LeasingBackend(Backend):
                 served = state.outcome(now, DENIED)
             elif state.refilling and not state.queued:  # a call for the key is in flight
                 served = None
-            else:  # refill now; a prefetch still queued is taken over (see _start), and the
+            else:  # refill now; a prefetch still queued is taken over (see _begin_prefetch), and the
                 # key refills on demand for a ttl (its requests outrun the prefetch's thread)
                 if state.queued:
                     state.prefetch_from = now + self.ttl
@@ -306,7 +306,7 @@ class LeasingBackend(Backend):
         return outcome._replace(remaining=(outcome.remaining[0] + held,))
 
     @staticmethod
-    def _start(state: KeyLease) -> bool:
+    def _begin_prefetch(state: KeyLease) -> bool:
         """A queued prefetch starts; False if a request that ran dry first has taken it
         over (one busy thread holds the GIL: the prefetch's thread may not run before the
         lease is spent, and the request then refills it itself, as without low water)."""
@@ -316,7 +316,7 @@ class LeasingBackend(Backend):
 
     def _prefetch(self, state: KeyLease) -> None:
         """Top the lease up ahead of need, off the request path (a background thread)."""
-        if not self._start(state):
+        if not self._begin_prefetch(state):
             return
         started, outcome = self.clock(), None
         try:
@@ -327,7 +327,7 @@ class LeasingBackend(Backend):
 
     async def _aprefetch(self, state: KeyLease) -> None:
         """``_prefetch`` as a task of the event loop."""
-        if not self._start(state):
+        if not self._begin_prefetch(state):
             return
         started, outcome = self.clock(), None
         try:
