@@ -109,20 +109,22 @@ def cold_rounds(client, args) -> None:
 
 def cold_interleaved(client, args) -> None:
     """The cold keys again, the paths alternating decision by decision (each timed on its
-    own), so a change in the machine's load hits every path alike: the ratio of the summed
-    times per round is the same-run ratio with the least noise."""
+    own, their order rotating from one decision to the next), so a change in the
+    machine's load hits every path alike: the ratio of the summed times per round is the
+    same-run ratio with the least noise."""
     from django_gcra import decide
     from django_gcra.plan import _plans
 
     clock = time.perf_counter_ns
     paths = {"plain": "under-plain", "L=10": "under-L10", "L=50": "under-L50"}
+    orders = [list(paths.items())[k:] + list(paths.items())[:k] for k in range(len(paths))]
     ratios: dict[str, list[float]] = {path: [] for path in paths}
-    per = max(1, min(args.max_decisions, 2000))
+    per = max(1, min(args.max_decisions, 5000))
     for round_ in range(args.rounds):
         _plans.clear()
         spent = dict.fromkeys(paths, 0)
         for i in range(per):
-            for path, policy in paths.items():
+            for path, policy in orders[i % len(orders)]:
                 descriptors = {"ip": f"mix{round_}:{i % COLD_KEYS}"}
                 before = clock()
                 decide(policy, descriptors)

@@ -92,7 +92,7 @@ class LeasingBackend(Backend):
         self._keys: dict[str, KeyLease] = {}  # read without a lock (one dict lookup); written under _keys_lock
         self._keys_lock = threading.Lock()
         self._heat: dict[str, int] = {}  # cold key -> its store decisions in this window
-        self._heat_until = 0.0  # when the window ends (monotonic seconds)
+        self._heat_until = 0.0  # when the window ends (monotonic seconds; see _goes_direct)
         self._next_sweep = 0.0
 
     def _local(self, state: KeyLease, spec: LimitSpec, cost: int, in_loop: bool) -> Outcome | None:
@@ -209,21 +209,24 @@ class LeasingBackend(Backend):
     def _goes_direct(self, spec: LimitSpec, cost: int) -> bool:
         """True (and the decision counted as a store call) when a key without a lease is
         decided directly on the store: it is not leasable (shadow, a peek, a cost above
-        the burst) or still cold. A key's store decisions are counted per window of one
-        ttl (the counts are dropped when a window ends: an int per key, no clock per key);
-        False at the ``hot_after``-th in a window: the key gets a lease now."""
+        the burst) or still cold. False at the ``hot_after``-th store decision within one
+        window of ``ttl``: the key gets a lease now.
+
+        A window starts at the first count in an empty ``_heat`` (an int per key, no clock
+        per key), and the clock is read only then and when a key reaches ``hot_after``: a
+        window that has ended by then drops every count, and the key counts anew."""
         if spec.enforce and 0 < cost <= spec.burst:
-            key = spec.key
-            now, heat = self.clock(), self._heat
-            if now >= self._heat_until:
-                heat.clear()
-                self._heat_until = now + self.ttl
+            key, heat = spec.key, self._heat
             count = heat.get(key, 0) + 1
-            if count >= self.hot_after:  # (always with hot_after 1: every key is hot)
-                heat.pop(key, None)
-                return False
-            if count == 1 and len(heat) >= self.max_keys:
-                heat.clear()  # bounded: a key this rare is cold anyway
+            if count >= self.hot_after:
+                if count == 1 or self.clock() < self._heat_until:  # hot (with hot_after 1: every key)
+                    heat.pop(key, None)
+                    return False
+                heat.clear()  # counted in a window that has ended: this is the first of a new one
+                count = 1
+            if count == 1 and (not heat or len(heat) >= self.max_keys):  # bounded: a key this rare is cold anyway
+                heat.clear()
+                self._heat_until = self.clock() + self.ttl
             heat[key] = count
         next(self._cold)  # one decision, one store call (counted without a lock: see _cold)
         return True
