@@ -237,6 +237,18 @@ def test_a_key_seen_less_often_than_hot_after_per_ttl_never_strands_a_lease(stor
     assert backend.held_keys() == 0
 
 
+def test_counts_from_a_window_that_has_ended_never_make_a_key_hot(store, clock):
+    backend = leased(store, clock, hot_after=3)
+    backend.evaluate([SPEC], 1)
+    backend.evaluate([SPEC], 1)
+    clock.t += 1.01  # the window (one ttl from the first count) has ended
+    backend.evaluate([SPEC], 1)  # the third, but the first of a new window: still cold
+    assert (store.calls, backend.stats().leased_units) == (3, 0)
+    backend.evaluate([SPEC], 1)
+    backend.evaluate([SPEC], 1)  # the third within the new window: hot
+    assert backend.stats().leased_units == 10 and backend.held_keys() == 1
+
+
 def test_cold_keys_are_remembered_within_max_keys(store, clock):
     backend = leased(store, clock, hot_after=2, max_keys=4)
     for i in range(10):
