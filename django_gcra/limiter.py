@@ -14,6 +14,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
+from . import leases
 from .algorithm import ALLOWED
 from .backends import BackendError, Outcome
 from .decision import Decision, LimitState
@@ -23,7 +24,7 @@ from .policy import Policy
 from .rates import Rate
 from .signals import decision as decision_signal
 from .signals import notable_observers, observers
-from .store import backend_for
+from .store import backend_for, backend_for_plan
 from .validation import max_wait_problem
 
 __all__ = ["adecide", "backend_for", "decide", "get_policy", "plan"]
@@ -50,7 +51,8 @@ def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, 
     if not p.specs:
         return _finish(p, None, request)
     try:
-        backend = backend_for(p.policy)
+        found = p.backend  # the memoized plan's backend while the leases stand (store.backend_for_plan)
+        backend = found[1] if found is not None and found[0] == leases.generation else backend_for_plan(p)
         # The two-argument call when not waiting: every store takes it (and it is the hot path).
         outcome = backend.evaluate(p.specs, cost, wait_us) if wait_us else backend.evaluate(p.specs, cost)  # type: ignore[call-arg]
     except BackendError as exc:
@@ -69,7 +71,8 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
     if not p.specs:
         return _finish(p, None, request)
     try:
-        backend = backend_for(p.policy)
+        found = p.backend  # the memoized plan's backend while the leases stand (store.backend_for_plan)
+        backend = found[1] if found is not None and found[0] == leases.generation else backend_for_plan(p)
         if wait_us:
             outcome = await backend.aevaluate(p.specs, cost, wait_us)
         else:

@@ -17,7 +17,7 @@ import asyncio
 import functools
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.cluster
@@ -32,8 +32,11 @@ from .backends.redis import RedisBackend
 from .conf import generation, get_settings, on_change
 from .policy import Policy
 
-__all__ = ["backend_for", "cache_connection", "endpoint_for", "in_event_loop", "limiter_async_client", "limiter_client",
-           "read_guarded", "store_backend"]
+if TYPE_CHECKING:
+    from .plan import Plan
+
+__all__ = ["backend_for", "backend_for_plan", "cache_connection", "endpoint_for", "in_event_loop",
+           "limiter_async_client", "limiter_client", "read_guarded", "store_backend"]
 
 _lock = threading.Lock()
 _sync: dict[str, Any] = {}
@@ -160,6 +163,15 @@ def backend_for(policy: Policy) -> Backend:
     if len(_for_policy) > 1000:  # policies built per call (code, not settings): stay bounded
         _for_policy.clear()
     _for_policy[id(policy)] = (policy, built_in, backend)
+    return backend
+
+
+def backend_for_plan(p: Plan) -> Backend:
+    """``backend_for(p.policy)``, kept on the plan for the next decision of a memoized plan
+    (``p.backend``, read in ``limiter``: valid while ``leases.generation`` stands)."""
+    built_in = leases.generation
+    backend = backend_for(p.policy)
+    p.backend = (built_in, backend)
     return backend
 
 

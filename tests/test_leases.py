@@ -379,6 +379,22 @@ def test_backend_for_wraps_only_leased_policies(gcra_settings):
     assert leasing_backend(plain, get_policy("plain")) is plain
 
 
+def test_a_memoized_plan_keeps_its_backend_only_while_the_leases_stand(gcra_settings):
+    from django_gcra import leases
+    from django_gcra.plan import plan
+
+    gcra_settings(POLICIES={"leased": lease_policy()})
+    decide("leased", {"ip": "1"})
+    p = plan("leased", {"ip": "1"})  # the memoized plan the decision used
+    first = backend_for(p.policy)
+    assert p.backend == (leases.generation, first)
+    leases.reset_leases()  # as a fork or a changed configuration does: every lease forgotten
+    decide("leased", {"ip": "1"})
+    assert plan("leased", {"ip": "1"}) is p and backend_for(p.policy) is not first
+    assert p.backend == (leases.generation, backend_for(p.policy))
+    assert lease_stats()["leased"].decisions == 1  # decided by the new wrapper, not the forgotten one
+
+
 # Real redis-server ---------------------------------------------------------------------
 
 SEARCH = {"POLICIES": {"search": lease_policy(rate="1000/s", burst=100)}}
