@@ -115,22 +115,31 @@ class Tally:
         self._started_in = 0  # the pid that started the thread: a forked child starts its own
         self._stop = threading.Event()
 
-    def count(self, decision: Decision) -> None:
-        limits = decision.limits
-        if (len(limits) == 1 and decision.allowed and not (decision.shadow or decision.fallback or decision.waited)
-                and not self.listed):  # one limit, admitted, no key listed: most decisions
-            state, policy = limits[0], decision.policy
-            admissions = self._admitted.get((policy, state.name)) or self._admissions(policy, state.name)
-            if admissions is None:  # (too many pairs already: policies built per call)
-                self._count(decision)
+    def observe(self, sender: Any, decision: Decision, request: Any = None) -> None:
+        """Count ``decision``: the observer of every decision (``signals.observers``, as
+        ``on_decision``; its counting in this one frame). Never raises."""
+        try:
+            limits = decision.limits
+            if (len(limits) == 1 and decision.allowed and not (decision.shadow or decision.fallback or decision.waited)
+                    and not self.listed):  # one limit, admitted, no key listed: most decisions
+                state, policy = limits[0], decision.policy
+                admissions = self._admitted.get((policy, state.name)) or self._admissions(policy, state.name)
+                if admissions is None:  # (too many pairs already: policies built per call)
+                    self._count(decision)
+                else:
+                    next(admissions.counter)
+                    if state.remaining <= _FAR_SHARE * state.burst and state.burst > 0:  # most stop here
+                        self._near(decision, state.name, (state.burst - state.remaining) / state.burst)
             else:
-                next(admissions.counter)
-                if state.remaining <= _FAR_SHARE * state.burst and state.burst > 0:  # most stop here
-                    self._near(decision, state.name, (state.burst - state.remaining) / state.burst)
-        else:
-            self._count(decision)
-        if self._started_in != _pid and self.autostart:  # the thread's loop never raises: it runs until stop()
-            self._start()
+                self._count(decision)
+            if self._started_in != _pid and self.autostart:  # the thread's loop never raises: it runs until stop()
+                self._start()
+        except Exception:
+            logger.exception("django_gcra: could not count a decision")
+
+    def count(self, decision: Decision) -> None:
+        """Count ``decision`` (``observe`` without a sender). Never raises."""
+        self.observe(None, decision)
 
     def _admissions(self, policy: str, limit: str) -> _Admissions | None:
         """The (policy, limit)'s admissions counter, made on its first admission; None past
@@ -376,9 +385,4 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
-def on_decision(sender: Any, decision: Decision, request: Any = None) -> None:
-    """Observer of every decision (``signals.observers``): count it. Never raises."""
-    try:
-        tally.count(decision)
-    except Exception:
-        logger.exception("django_gcra: could not count a decision")
+on_decision = tally.observe  # the observer of every decision (apps.ready puts it in signals.observers)

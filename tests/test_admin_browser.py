@@ -21,6 +21,7 @@ import pytest
 
 from django_gcra.models import AuditEvent, LimitOverride
 from django_gcra.overrides import cache
+from django_gcra.signals import observers
 from tests.plane_urls import INLINE_POLICY
 
 CHROMIUM = "/usr/bin/chromium"
@@ -78,11 +79,14 @@ def plane(real_redis, gcra_settings, settings, monkeypatch, django_user_model):
     monkeypatch.setattr("django_gcra.audit.recorder", recorder)
     counts = tally.Tally()
     monkeypatch.setattr("django_gcra.tally.tally", counts)
+    index = observers.index(tally.on_decision)
+    observers[index] = counts.observe  # the observer is the tally's bound method
     django_user_model.objects.create_superuser("root", "root@example.com", "s3cret-pw")
     # ORM work happens before Playwright starts: its sync API runs an event loop in this thread.
     LimitOverride.objects.create(policy="browser", limit="tenant", match={"tenant": "trial"}, mode="shadow",
                                  reason="new limit, shadow first")
     yield recorder
+    observers[observers.index(counts.observe)] = tally.on_decision
     recorder.stop()
     counts.stop()
     cache.reset()

@@ -17,6 +17,7 @@ from django_gcra.decorators import ratelimit
 from django_gcra.models import AuditEvent, LimitOverride
 from django_gcra.overrides import cache
 from django_gcra.rates import parse_rate
+from django_gcra.signals import observers
 
 GCRA = {
     "DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of"},
@@ -37,9 +38,12 @@ def console(gcra_settings, fake_redis, settings, monkeypatch):
     AuditEvent.objects.all().delete()
     counts = tally.Tally(autostart=False)
     monkeypatch.setattr("django_gcra.tally.tally", counts)
+    index = observers.index(tally.on_decision)
+    observers[index] = counts.observe  # the observer is the tally's bound method
     recorder = audit.AuditRecorder(autostart=False)
     monkeypatch.setattr("django_gcra.audit.recorder", recorder)
     yield counts, recorder
+    observers[observers.index(counts.observe)] = tally.on_decision
     cache.reset()
 
 
