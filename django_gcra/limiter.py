@@ -51,8 +51,8 @@ def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, 
     if not p.specs:
         return _finish(p, None, request)
     try:
-        found = p.backend  # the memoized plan's backend while the leases stand (store.backend_for_plan)
-        backend = found[1] if found is not None and found[0] == leases.generation else backend_for_plan(p)
+        # The memoized plan's backend, while the leases stand (store.backend_for_plan).
+        backend = p.backend if p.backend_generation == leases.generation else backend_for_plan(p)
         # The two-argument call when not waiting: every store takes it (and it is the hot path).
         outcome = backend.evaluate(p.specs, cost, wait_us) if wait_us else backend.evaluate(p.specs, cost)  # type: ignore[call-arg]
     except BackendError as exc:
@@ -71,8 +71,8 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
     if not p.specs:
         return _finish(p, None, request)
     try:
-        found = p.backend  # the memoized plan's backend while the leases stand (store.backend_for_plan)
-        backend = found[1] if found is not None and found[0] == leases.generation else backend_for_plan(p)
+        # The memoized plan's backend, while the leases stand (store.backend_for_plan).
+        backend = p.backend if p.backend_generation == leases.generation else backend_for_plan(p)
         if wait_us:
             outcome = await backend.aevaluate(p.specs, cost, wait_us)
         else:

@@ -67,7 +67,8 @@ class Plan:
     named tuple: a memoized plan is read a dozen times per decision, and reading a slot
     costs a third of reading a named tuple's field."""
 
-    __slots__ = ("backend", "cost", "counted", "descriptors", "limits", "policy", "slots", "specs")
+    __slots__ = ("backend", "backend_generation", "cost", "counted", "descriptors", "limits", "policy", "slots",
+                 "specs")
 
     def __init__(self, policy: Policy, cost: int, limits: tuple[PlannedLimit, ...], specs: tuple[LimitSpec, ...],
                  descriptors: Mapping[str, str], counted: tuple[int, ...] = (),
@@ -76,7 +77,10 @@ class Plan:
         self.descriptors = descriptors
         self.counted = counted  # the limits a client is told about: the enforced ones, else all
         self.slots = slots  # the concurrency limits, after the rate limits in specs
-        self.backend: tuple[int, Any] | None = None  # (leases.generation, backend): set by store.backend_for
+        # The backend it was decided on, and leases.generation then (store.backend_for_plan;
+        # two slots, not a tuple: no object kept per plan for the garbage collector to scan).
+        self.backend: Any = None
+        self.backend_generation = -1
 
     def __repr__(self) -> str:
         return f"Plan(policy={self.policy.name!r}, cost={self.cost}, specs={self.specs!r})"

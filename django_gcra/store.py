@@ -168,10 +168,11 @@ def backend_for(policy: Policy) -> Backend:
 
 def backend_for_plan(p: Plan) -> Backend:
     """``backend_for(p.policy)``, kept on the plan for the next decision of a memoized plan
-    (``p.backend``, read in ``limiter``: valid while ``leases.generation`` stands)."""
+    (``p.backend``, read in ``limiter``: valid while ``leases.generation`` is
+    ``p.backend_generation``)."""
     built_in = leases.generation
-    backend = backend_for(p.policy)
-    p.backend = (built_in, backend)
+    p.backend = backend = backend_for(p.policy)
+    p.backend_generation = built_in
     return backend
 
 

@@ -387,11 +387,11 @@ def test_a_memoized_plan_keeps_its_backend_only_while_the_leases_stand(gcra_sett
     decide("leased", {"ip": "1"})
     p = plan("leased", {"ip": "1"})  # the memoized plan the decision used
     first = backend_for(p.policy)
-    assert p.backend == (leases.generation, first)
+    assert (p.backend, p.backend_generation) == (first, leases.generation)
     leases.reset_leases()  # as a fork or a changed configuration does: every lease forgotten
     decide("leased", {"ip": "1"})
     assert plan("leased", {"ip": "1"}) is p and backend_for(p.policy) is not first
-    assert p.backend == (leases.generation, backend_for(p.policy))
+    assert (p.backend, p.backend_generation) == (backend_for(p.policy), leases.generation)
     assert lease_stats()["leased"].decisions == 1  # decided by the new wrapper, not the forgotten one
 
 
