@@ -110,8 +110,9 @@ def cold_rounds(client, args) -> None:
 def cold_interleaved(client, args) -> None:
     """The cold keys again, the paths alternating decision by decision (each timed on its
     own, their order rotating from one decision to the next), so a change in the
-    machine's load hits every path alike: the ratio of the summed times per round is the
-    same-run ratio with the least noise."""
+    machine's load hits every path alike: per round, the ratio of the summed times (the
+    same-run throughput ratio) and of the median decision times (which a stall of the
+    machine in one decision does not move)."""
     from django_gcra import decide
     from django_gcra.plan import _plans
 
@@ -119,23 +120,27 @@ def cold_interleaved(client, args) -> None:
     paths = {"plain": "under-plain", "L=10": "under-L10", "L=50": "under-L50"}
     orders = [list(paths.items())[k:] + list(paths.items())[:k] for k in range(len(paths))]
     ratios: dict[str, list[float]] = {path: [] for path in paths}
+    medians: dict[str, list[float]] = {path: [] for path in paths}
     per = max(1, min(args.max_decisions, 5000))
     for round_ in range(args.rounds):
         _plans.clear()
-        spent = dict.fromkeys(paths, 0)
+        spent: dict[str, list[int]] = {path: [] for path in paths}
         for i in range(per):
             for path, policy in orders[i % len(orders)]:
                 descriptors = {"ip": f"mix{round_}:{i % COLD_KEYS}"}
                 before = clock()
                 decide(policy, descriptors)
-                spent[path] += clock() - before
+                spent[path].append(clock() - before)
         for path in paths:
-            ratios[path].append(spent["plain"] / spent[path])
+            ratios[path].append(sum(spent["plain"]) / sum(spent[path]))
+            medians[path].append(statistics.median(spent["plain"]) / statistics.median(spent[path]))
     print(f"\n{COLD_KEYS:,} cold keys, the paths alternating decision by decision ({per} decisions per path and "
-          f"round, {args.rounds} rounds): leased/plain decisions/s, median [min-max] of the rounds")
+          f"round, {args.rounds} rounds): leased/plain, median [min-max] of the rounds, of the summed times "
+          "(decisions/s) and of the median decision times")
     for path in paths:
-        r = ratios[path]
-        print(f"  {path:<6} x plain {statistics.median(r):.3f} [{min(r):.3f}-{max(r):.3f}]")
+        r, m = ratios[path], medians[path]
+        print(f"  {path:<6} x plain {statistics.median(r):.3f} [{min(r):.3f}-{max(r):.3f}]"
+              f"   median decision {statistics.median(m):.3f} [{min(m):.3f}-{max(m):.3f}]")
 
 
 def hot_interleaved(client, args) -> None:
