@@ -27,12 +27,10 @@ import threading
 import time
 from collections.abc import Iterator
 
-from redis.connection import AbstractConnection
-
 from tests.support.servers import start_redis
 from tests.support.workers import setup_django
 
-from .wire import command_names
+from .wire import watching_writes
 
 RATE = {"name": "user", "key": ["user"], "rate": "100000/s", "burst": 1000}
 CONC = {"name": "running", "key": ["user"], "max": 1000, "ttl": 30}
@@ -46,23 +44,17 @@ CLIENT_SENT = ("evalsha", "eval", "zrem", "script|load")
 
 @contextlib.contextmanager
 def writes() -> Iterator[dict[str, collections.Counter[str]]]:
-    """Per thread kind ('request' or 'keeper'): the socket writes ('writes') and the commands in them."""
+    """Per thread kind ('request' or 'keeper'): the socket writes ('writes') and the commands in
+    them, redis-py's and the direct runner's (``wire.watching_writes``)."""
     seen: dict[str, collections.Counter[str]] = {"request": collections.Counter(), "keeper": collections.Counter()}
-    original = AbstractConnection.send_packed_command
 
-    def counting(self, command, *args, **kwargs):
-        chunks = [command] if isinstance(command, (str, bytes)) else command
-        names = command_names(b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks))
+    def record(names: list[str]) -> None:
         kind = "keeper" if threading.current_thread().name.startswith("django_gcra-slots") else "request"
         seen[kind]["writes"] += 1
         seen[kind].update(names)
-        return original(self, command, *args, **kwargs)
 
-    AbstractConnection.send_packed_command = counting
-    try:
+    with watching_writes(record):
         yield seen
-    finally:
-        AbstractConnection.send_packed_command = original
 
 
 def usec(client) -> dict[str, int]:

@@ -5,7 +5,7 @@ method every redis-py write goes through (``send_packed_command``), and django_g
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from redis.connection import AbstractConnection
 
@@ -28,26 +28,34 @@ def command_names(packed: bytes) -> list[str]:
 
 
 @contextlib.contextmanager
-def sent_commands() -> Iterator[list[str]]:
-    """Collect, while the block runs, the name of every command sent (one entry each)."""
-    sent: list[str] = []
+def watching_writes(record: Callable[[list[str]], object]) -> Iterator[None]:
+    """Call ``record`` with the command names of every write while the block runs (one
+    call per write: a pipeline's commands come in one list)."""
     original = AbstractConnection.send_packed_command
 
     def counting(self, command, *args, **kwargs):
         chunks = [command] if isinstance(command, (str, bytes)) else command
-        sent.extend(command_names(b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)))
+        record(command_names(b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)))
         return original(self, command, *args, **kwargs)
 
     send = direct._send
 
     def counting_send(sock, data):
-        sent.extend(command_names(bytes(data)))
+        record(command_names(bytes(data)))
         return send(sock, data)
 
     AbstractConnection.send_packed_command = counting
     direct._send = counting_send
     try:
-        yield sent
+        yield
     finally:
         AbstractConnection.send_packed_command = original
         direct._send = send
+
+
+@contextlib.contextmanager
+def sent_commands() -> Iterator[list[str]]:
+    """Collect, while the block runs, the name of every command sent (one entry each)."""
+    sent: list[str] = []
+    with watching_writes(sent.extend):
+        yield sent
