@@ -118,7 +118,8 @@ def cold_interleaved(client, args) -> None:
 
     clock = time.perf_counter_ns
     paths = {"plain": "under-plain", "L=10": "under-L10", "L=50": "under-L50"}
-    orders = [list(paths.items())[k:] + list(paths.items())[:k] for k in range(len(paths))]
+    items = list(paths.items())
+    orders = [items[k:] + items[:k] for k in range(len(items))]
     ratios: dict[str, list[float]] = {path: [] for path in paths}
     medians: dict[str, list[float]] = {path: [] for path in paths}
     per = max(1, min(args.max_decisions, 5000))

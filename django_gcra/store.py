@@ -147,8 +147,9 @@ def store_backend(alias: str | None = None) -> RedisBackend:
     return backend
 
 
-# id(policy) -> (policy, leases.generation, backend): one dict lookup per decision; the
-# entry holds the policy, so its id is not reused while it is there.
+# id(policy) -> (policy, leases.generation, backend): one dict lookup per plan that has no
+# backend yet (backend_for_plan); the entry holds the policy, so its id is not reused while
+# it is there.
 _for_policy: dict[int, tuple[Policy, int, Backend]] = {}
 
 

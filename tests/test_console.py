@@ -335,3 +335,10 @@ def test_the_dashboard_lists_concurrency_limits_with_what_they_bound(admin_clien
     assert (row.source, row.mode, row.rate, row.burst) == ("settings", "enforce", "1 in flight (ttl 30 s)", "")
     assert (row.counts["seen"], row.counts["denied"]) == (2, 1)
     assert rows["jobs.tenant"].counts["seen"] == 2
+
+
+def test_the_tally_observer_never_raises_it_logs(console, caplog):
+    counts, _ = console
+    with caplog.at_level("ERROR", logger="django_gcra"):
+        counts.observe("api", object(), None)  # not a Decision: counting it fails
+    assert "could not count a decision" in caplog.text
