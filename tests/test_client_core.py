@@ -239,8 +239,8 @@ def test_on_retry_hook_and_log(clock, caplog):
         run(policy(clock, on_retry=lambda *a: calls.append(a)), responses, clock)
     assert [(a, r) for a, _, r in calls] == [(1, responses[0]), (2, responses[1])]
     assert [w for _, w, _ in calls] == clock.slept
-    assert [r.name for r in caplog.records] == ["django_gcra.client"] * 2
-    assert "429, retrying in" in caplog.records[0].getMessage()
+    logged = [r for r in caplog.records if r.name == "django_gcra.client"]  # (not a background flusher's)
+    assert len(logged) == 2 and "429, retrying in" in logged[0].getMessage()
 
 
 # --- pacing -------------------------------------------------------------------------
