@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
@@ -81,6 +81,15 @@ class Backend(ABC):
     async def atake(self, specs: Sequence[LimitSpec], most: int, least: int) -> Outcome:
         """Async ``take``; the default runs it in a worker thread."""
         return await sync_to_async(self.take, thread_sensitive=False)(specs, most, least)
+
+    def take_ahead(self, specs: Sequence[LimitSpec], most: int, least: int,
+                   done: Callable[[Outcome | None], None]) -> Callable[[], None] | None:
+        """``take`` sent now without waiting for its reply (a lease's prefetch on the thread
+        that will spend it): ``done`` gets the outcome (None if the call failed) once the
+        reply is read, by this thread's next call to the store or by the returned
+        ``collect()`` (from any thread; it waits for the reply). None when this store, on
+        this thread, cannot (nothing was sent). ``done`` must not call the store."""
+        return None
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         """The stored TATs (us) of ``keys``, for inspection; None where a key is absent."""

@@ -30,7 +30,7 @@ from ..algorithm import ALLOWED, CONCURRENCY, GCRA, SLIDING_LOG
 from .base import Backend, BackendError, LimitSpec, Outcome
 from .breaker import CLOSED, CircuitBreaker
 from .clients import ConnectionSetUpFailed
-from .direct import evalsha
+from .direct import direct_runner, evalsha
 from .multiplex import Multiplexer, multiplexer_for
 from .slots import SlotKeeper, new_token
 from .slots import stats as slot_stats
@@ -198,6 +198,27 @@ class RedisBackend(Backend):
 
     def take(self, specs: Sequence[LimitSpec], most: int, least: int) -> Outcome:
         return self._run(specs, most, least)
+
+    def take_ahead(self, specs: Sequence[LimitSpec], most: int, least: int,
+                   done: Callable[[Outcome | None], None]) -> Callable[[], None] | None:
+        runner = direct_runner(self.get_client())
+        link = None if runner is None else runner.ahead_link()
+        if link is None:  # cluster, Sentinel, TLS, not connected yet
+            return None
+        keys = [*map(_key_of, specs)]
+        breaker = self._breaker(keys)  # raises CircuitOpen (nothing sent) while open
+
+        def on_reply(reply: Any) -> None:
+            if isinstance(reply, BaseException):  # NOSCRIPT too: the next call on the request path loads it
+                self._failed(breaker, reply)
+                done(None)
+                return
+            if breaker is not None:
+                breaker.success()
+            done(parse_reply(reply, take=True))
+
+        runner.send_ahead(link, ("EVALSHA", SCRIPT_SHA, len(keys), *keys, *script_args(specs, most, least)), on_reply)  # type: ignore[union-attr]
+        return link.collect
 
     # The coroutine of ``_arun`` itself (no coroutine around it: one frame less per decision).
     def aevaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Coroutine[Any, Any, Outcome]:
