@@ -203,6 +203,97 @@ def test_a_request_running_dry_takes_over_a_prefetch_that_has_not_started(store,
     assert (stats.decisions, stats.leased_units, stats.stranded_units) == (28, 50, 9)
 
 
+class SendingAhead(Counting):
+    """The counting store, sending takes ahead: each one is counted when sent (as the script
+    counts it), and its outcome waits in ``owed`` until ``collect``."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.owed: list = []
+
+    def take_ahead(self, specs, most, least, done):
+        self.calls += 1
+        self.owed.append((done, MemoryBackend.take(self, specs, most, least)))
+        return self.collect
+
+    def collect(self):
+        while self.owed:
+            done, outcome = self.owed.pop(0)
+            done(outcome)
+
+
+@pytest.fixture
+def late(monkeypatch):
+    """The replies left for the collector thread (not started: the tests hand them out)."""
+    from django_gcra.backends import prefetchers
+
+    left: list = []
+    monkeypatch.setattr(prefetchers, "collect_late", left.append)
+    return left
+
+
+def run_dry_with_a_prefetch_queued(backend, jobs):
+    """A lease of 10 spent by one thread before its queued prefetch ran, and the request
+    that ran it dry taking the refill over: the key sends its prefetches ahead for a ttl."""
+    for _ in range(11):
+        assert backend.evaluate([SPEC], 1).allowed
+    assert len(jobs) == 1 and backend.stats().held_units == 9
+    jobs.pop()()  # taken over: no call
+
+
+def test_a_thread_that_outruns_the_prefetch_thread_sends_its_prefetches_ahead(clock, late):
+    store, jobs = SendingAhead(clock), []
+    backend = leased(store, clock, low_water=3, prefetch=jobs.append)
+    run_dry_with_a_prefetch_queued(backend, jobs)
+    for _ in range(6):
+        backend.evaluate([SPEC], 1)  # 3 left: the prefetch is written now, not queued
+    assert (store.calls, len(store.owed), jobs, len(late)) == (3, 1, [], 1)
+    for _ in range(3):
+        backend.evaluate([SPEC], 1)
+    assert len(store.owed) == 1 and backend.stats().held_units == 0  # its reply not read yet
+    assert backend.evaluate([SPEC], 1).allowed  # dry: reads the reply sent ahead, no call of its own
+    assert (store.calls, store.owed, backend.stats().held_units) == (3, [], 9)
+    stats = backend.stats()
+    assert (stats.decisions, stats.local, stats.store_calls, stats.leased_units) == (21, 19, 3, 30)
+
+
+def test_a_prefetch_sent_ahead_is_collected_by_the_thread_that_needs_it(clock, late):
+    store, jobs = SendingAhead(clock), []
+    backend = leased(store, clock, low_water=3, prefetch=jobs.append)
+    run_dry_with_a_prefetch_queued(backend, jobs)
+    for _ in range(9):
+        backend.evaluate([SPEC], 1)  # sent ahead at 3 left, then spent
+    other = []
+    thread = threading.Thread(target=lambda: other.append(backend.evaluate([SPEC], 1)))
+    thread.start()
+    thread.join()
+    assert other[0].allowed and (store.calls, store.owed, backend.stats().held_units) == (3, [], 9)
+
+
+async def test_a_coroutine_takes_a_prefetch_sent_ahead_over(clock, late):
+    store, jobs = SendingAhead(clock), []
+    backend = leased(store, clock, low_water=3, prefetch=jobs.append)
+    run_dry_with_a_prefetch_queued(backend, jobs)
+    for _ in range(9):
+        backend.evaluate([SPEC], 1)
+    assert (await backend.aevaluate([SPEC], 1)).allowed  # never blocks the loop on another's reply
+    assert (store.calls, len(store.owed), backend.stats().held_units) == (4, 1, 9)  # a refill of its own
+    late[0]()  # the reply, read later: its units join the lease, the claim is the coroutine's (ended)
+    assert backend.stats().held_units == 19 and not backend._keys[SPEC.key].refilling
+
+
+def test_a_store_failure_sending_ahead_ends_the_claim(clock, late):
+    store, jobs = SendingAhead(clock), []
+    backend = leased(store, clock, low_water=3, prefetch=jobs.append)
+    run_dry_with_a_prefetch_queued(backend, jobs)
+    store.take_ahead = lambda *a: (_ for _ in ()).throw(BackendError("circuit open"))
+    for _ in range(9):
+        backend.evaluate([SPEC], 1)  # the prefetch at 3 left fails: nothing held, nothing claimed
+    del store.take_ahead
+    assert not backend._keys[SPEC.key].refilling
+    assert backend.evaluate([SPEC], 1).allowed and store.calls == 3  # a refill on the request path
+
+
 def test_idle_leases_are_evicted_and_memory_is_bounded(store, clock):
     backend = leased(store, clock, max_keys=3)
     for i in range(5):
@@ -424,13 +515,13 @@ async def test_adecide_uses_the_lease_on_the_native_async_client(real_redis, gcr
 
 
 async def test_an_async_prefetch_runs_as_a_task_of_the_event_loop(real_redis, gcra_settings):
-    from django_gcra.backends import lease_backend
+    from django_gcra.backends import prefetchers
 
     gcra_settings(POLICIES={"search": lease_policy(rate="1000/s", burst=100, low_water=3)})
     for _ in range(HOT_AFTER - 1 + 7):  # the cold decisions, a lease of 10, then 6 from it: 3 left
         assert (await adecide("search", {"ip": "pre"})).allowed
-    assert len(lease_backend._tasks) == 1  # the prefetch: a task of this loop, not the thread
-    await asyncio.wait_for(asyncio.gather(*lease_backend._tasks), 10)
+    assert len(prefetchers.tasks) == 1  # the prefetch: a task of this loop, not the thread
+    await asyncio.wait_for(asyncio.gather(*prefetchers.tasks), 10)
     stats = lease_stats()["search"]
     assert (stats.store_calls, stats.held_units, stats.leased_units) == (HOT_AFTER - 1 + 2, 13, 20)
 
@@ -459,9 +550,10 @@ def run_workers(url, gcra, policy, descriptors, duration, max_calls):
 
 
 @pytest.mark.slow
-def test_processes_with_leases_never_exceed_the_global_limit(redis_server):
+@pytest.mark.parametrize("low_water", [0, 2], ids=["on-demand", "prefetch"])  # prefetch: sent ahead, back to back
+def test_processes_with_leases_never_exceed_the_global_limit(redis_server, low_water):
     rate, burst, size = 50, 20, 5
-    gcra = {"POLICIES": {"p": lease_policy(rate=f"{rate}/s", burst=burst, size=size)}}
+    gcra = {"POLICIES": {"p": lease_policy(rate=f"{rate}/s", burst=burst, size=size, low_water=low_water)}}
     redis_server.client().flushall()
     results = run_workers(redis_server.url, gcra, "p", {"ip": "hot"}, 3.0, [100_000] * PROCESSES)
     admitted, calls = sum(r[0] for r in results), sum(r[1] for r in results)
@@ -614,3 +706,53 @@ def test_threads_with_background_prefetch_on_redis_account_for_every_unit(real_r
     assert unaccounted() == 0 and stats.held_units <= 10 + 3, (counted, stats)
     # Most from memory (the rest decided directly: a thread waits REFILL_WAIT for a late prefetch, no longer).
     assert stats.local > 100 and stats.leased_units <= counted, stats
+
+
+def starve_the_prefetch_thread(policy_name):
+    """One thread deciding back to back: the prefetch thread never gets to run its jobs."""
+    backend_for(get_policy(policy_name)).prefetch = lambda job: None
+
+
+def test_one_thread_back_to_back_sends_its_prefetches_ahead_on_redis(real_redis, gcra_settings):
+    gcra_settings(POLICIES={"p": lease_policy(rate="10/s", burst=1000, size=10, low_water=3)})
+    key, interval = "rl:{b}:p:k:b", 100_000
+    now = real_redis.time()
+    start = (now[0] + 60) * 1_000_000 + now[1]  # 60 s ahead: every counted unit moves the TAT
+    real_redis.set(key, start)
+    starve_the_prefetch_thread("p")
+    inner = backend_for(get_policy("p")).inner
+    calls = {"take": 0, "take_ahead": 0}
+    for name in calls:
+        def counting(*args, _name=name, _method=getattr(inner, name)):
+            calls[_name] += 1
+            return _method(*args)
+        setattr(inner, name, counting)
+    assert all(decide("p", {"ip": "b"}).allowed for _ in range(HOT_AFTER - 1 + 200))
+    stats = lease_stats()["p"]
+    # The first lease, the request that ran dry with the prefetch queued, then every lease sent
+    # ahead (one more refill per ttl if this ran past one).
+    assert calls["take"] <= 3 and calls["take_ahead"] >= 17, calls
+    assert stats.decisions - stats.local == HOT_AFTER - 1 + calls["take"]  # no decision went to the store directly
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and backend_for(get_policy("p"))._keys[key].refilling:
+        time.sleep(0.01)  # the last reply sent ahead, read by the collector thread
+    stats = lease_stats()["p"]
+    counted = (int(real_redis.get(key)) - start) // interval
+    assert counted == HOT_AFTER - 1 + stats.leased_units == HOT_AFTER - 1 + 200 + stats.held_units + stats.stranded_units
+
+
+def test_a_reply_sent_ahead_by_a_thread_that_ended_is_read_by_the_collector(real_redis, gcra_settings):
+    gcra_settings(POLICIES={"p": lease_policy(rate="10/s", burst=1000, size=10, low_water=3)})
+    starve_the_prefetch_thread("p")
+    # 2 cold, a lease of 10 (3 left at the 9th: a prefetch queued, never run), dry at the 13th
+    # (refilled on the request path), 3 left at the 19th: a prefetch sent ahead. Then the thread ends.
+    thread = threading.Thread(target=lambda: [decide("p", {"ip": "e"}) for _ in range(19)])
+    thread.start()
+    thread.join()
+    state = backend_for(get_policy("p"))._keys["rl:{e}:p:k:e"]
+    assert state.ahead is not None
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and state.refilling:
+        time.sleep(0.01)
+    stats = lease_stats()["p"]
+    assert not state.refilling and (stats.leased_units, stats.held_units, stats.store_calls) == (30, 13, 5)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..algorithm import ALLOWED
 from .base import LimitSpec, Outcome
 
-__all__ = ["Held", "KeyLease", "LeaseStats"]
+__all__ = ["Ahead", "Held", "KeyLease", "LeaseStats"]
 
 Held = tuple[int, float, int, float]  # the units of ``take_all``: (first, its expiry, second, its expiry)
 NOTHING: Held = (0, 0.0, 0, 0.0)
@@ -40,15 +41,26 @@ class LeaseStats:
         return self.decisions - self.store_calls
 
 
+class Ahead:
+    """A prefetch sent ahead (``LeasingBackend._send_ahead``): when, and ``collect``, which
+    reads its reply from any thread (None until it is sent)."""
+
+    __slots__ = ("collect", "sent")
+
+    def __init__(self, sent: float) -> None:
+        self.sent = sent
+        self.collect: Callable[[], None] | None = None
+
+
 class KeyLease:
     """One hot key's lease. Every method but ``outcome`` is called with ``lock`` held.
 
     ``held`` is ``first + second``; ``expires`` is the first tranche's expiry (the one
     that runs out first), so the local path checks two numbers."""
 
-    __slots__ = ("capacity", "denied_need", "denied_until", "expires", "first", "held", "interval", "local", "lock",
-                 "prefetch_from", "queued", "refilling", "rest", "second", "second_expires", "seen_at", "settled",
-                 "spec", "store_now")
+    __slots__ = ("ahead", "ahead_until", "capacity", "denied_need", "denied_until", "expires", "first", "held",
+                 "interval", "local", "lock", "queued", "refilling", "rest", "second", "second_expires", "seen_at",
+                 "settled", "spec", "store_now")
 
     def __init__(self, spec: LimitSpec) -> None:
         self.lock = threading.Lock()
@@ -56,7 +68,8 @@ class KeyLease:
         self.expires = self.second_expires = 0.0
         self.refilling = False  # a refill or prefetch is claimed (queued or in flight)
         self.queued = False  # the claim is a prefetch not started yet (LeasingBackend._begin_prefetch)
-        self.prefetch_from = 0.0  # no prefetch before then (one was taken over: see LeasingBackend._serve)
+        self.ahead_until = 0.0  # until then a prefetch is sent ahead by the request's thread (LeasingBackend._serve)
+        self.ahead: Ahead | None = None  # the claim is a prefetch sent ahead
         self.settled = threading.Event()  # set when it ends
         self.set_spec(spec)
         self.denied_need = 0

@@ -23,11 +23,14 @@ held for a few integer operations, and one ``Outcome``: no other object is made.
 
 Low water (``low_water`` > 0): the request that leaves the lease at or below it queues a
 prefetch, which tops the lease up off the request path (a background thread, or a task
-of the event loop). One thread deciding back to back holds the GIL, so the prefetch's
-thread may not even start before the lease is spent: the request that runs it dry then
-takes the refill over (one call on its own thread, as without low water, and the
-prefetch makes none), and the key refills on demand for one ``ttl`` before it queues a
-prefetch again.
+of the event loop: ``prefetchers``). One thread deciding back to back holds the GIL, so
+the prefetch's thread may not even start before the lease is spent: the request that
+runs it dry then takes the refill over (one call on its own thread, as without low
+water, and the prefetch makes none), and for one ``ttl`` the key's prefetches are sent
+ahead instead (``_send_ahead``: written on the request thread's connection without
+waiting; the reply is read by the request that runs the lease dry, by that thread's next
+store call, or late by ``prefetchers``' collector). A store that cannot send ahead
+refills the key on demand for that ttl.
 
 Shaping (``max_wait``): a decision is first decided as without a wait (served from the
 lease, or taking one, as usual); only if that denies, and for at most ``max_wait``, does it
@@ -37,20 +40,18 @@ units this process still holds are too few for it; the store's reply decides).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 from ..algorithm import DENIED
+from . import prefetchers
 from .base import Backend, BackendError, LimitSpec, Outcome
-from .key_lease import Held, KeyLease, LeaseStats, counted, held_units
+from .key_lease import Ahead, Held, KeyLease, LeaseStats, counted, held_units
 
 __all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend"]
 
@@ -82,7 +83,7 @@ class LeasingBackend(Backend):
         self.inner, self.max_keys, self.clock = inner, max_keys, clock
         self.size, self.ttl, self.low_water = size, ttl, low_water  # units per lease, seconds, prefetch mark
         self.hot_after = max(1, hot_after)
-        self.prefetch = prefetch or _submit
+        self.prefetch = prefetch or prefetchers.submit
         self._stats = LeaseStats()  # everything but the local decisions of the keys in _keys
         self._stats_lock = threading.Lock()
         # The direct decisions of keys without a lease (one store call each): the common
@@ -115,25 +116,27 @@ class LeasingBackend(Backend):
                 state.second = 0
             state.local += 1
             outcome = state.outcome(now)
-            if not (self.low_water and state.held <= self.low_water and not state.refilling
-                    and now >= state.prefetch_from):
+            if not (self.low_water and state.held <= self.low_water and not state.refilling):
                 return outcome
             state.claim(queued=True)
         finally:
             lock.release()
-        self._start_prefetch(state, in_loop)  # (outside the key's lock)
+        self._start_prefetch(state, in_loop, now)  # (outside the key's lock)
         return outcome
 
-    def _start_prefetch(self, state: KeyLease, in_loop: bool) -> None:
+    def _start_prefetch(self, state: KeyLease, in_loop: bool, now: float) -> None:
         """Top ``state`` up off the request path: in a coroutine, as a task of its event
         loop (its call goes out with the loop's next batch, and no thread competes for the
-        GIL); otherwise on the background thread (``prefetch``)."""
-        if in_loop and self.prefetch is _submit:
-            task = asyncio.get_running_loop().create_task(self._aprefetch(state))
-            _tasks.add(task)
-            task.add_done_callback(_tasks.discard)
-        else:
-            self.prefetch(lambda: self._prefetch(state))
+        GIL); in a thread that outruns the background thread, sent ahead on its own
+        connection (``ahead_until``); otherwise on the background thread (``prefetch``)."""
+        if in_loop:
+            if self.prefetch is prefetchers.submit:
+                prefetchers.run_in_loop(self._aprefetch(state))
+                return
+        elif now < state.ahead_until:
+            self._send_ahead(state)
+            return
+        self.prefetch(lambda: self._prefetch(state))
 
     def evaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Outcome:
         if max_wait > 0:  # shaping: the lease first; a wait is reserved at the store
@@ -242,13 +245,14 @@ class LeasingBackend(Backend):
                 state = self._keys[key] = KeyLease(spec)
             return state
 
-    def _serve(self, state: KeyLease, spec: LimitSpec, cost: int,
-               in_loop: bool = False) -> tuple[Outcome | None, Held | None]:
+    def _serve(self, state: KeyLease, spec: LimitSpec, cost: int, in_loop: bool = False,
+               collected: bool = False) -> tuple[Outcome | None, Held | None]:
         """Serve from memory when the lease covers ``cost`` (or a remembered denial does).
         Otherwise, unless a refill is in flight ((None, None): decide directly), claim the
-        refill and the units still held, which the refill spends first: (None, units)."""
+        refill and the units still held, which the refill spends first: (None, units).
+        A prefetch sent ahead is collected first (its reply read), once."""
         now = self.clock()
-        prefetch = False
+        prefetch, collect = False, None
         with state.lock:
             stranded = state.expire(now)
             if spec != state.spec:  # an override changed its rate or burst
@@ -256,20 +260,21 @@ class LeasingBackend(Backend):
             if state.held >= cost:
                 state.spend(cost)
                 state.local += 1
-                if (self.low_water and state.held <= self.low_water and not state.refilling
-                        and now >= state.prefetch_from):
+                if self.low_water and state.held <= self.low_water and not state.refilling:
                     state.claim(queued=True)
                     prefetch = True
                 served = state.outcome(now)
             elif state.denies(now, cost):
                 state.local += 1
                 served = state.outcome(now, DENIED)
-            elif state.refilling and not state.queued:  # a call for the key is in flight
-                served = None
-            else:  # refill now; a prefetch still queued is taken over (see _begin_prefetch), and the
-                # key refills on demand for a ttl (its requests outrun the prefetch's thread)
-                if state.queued:
-                    state.prefetch_from = now + self.ttl
+            elif state.refilling and not state.queued and (state.ahead is None or state.ahead.collect is None):
+                served = None  # a call for the key is in flight (or being sent ahead)
+            elif state.ahead is not None and not collected and not in_loop:
+                served, collect = None, state.ahead.collect  # sent ahead: its reply is (nearly) here
+            else:  # refill now, taking over a prefetch not started (or one sent ahead, in a coroutine)
+                if state.queued:  # this thread outruns the background one: send ahead for a ttl
+                    state.ahead_until = now + self.ttl
+                state.ahead = None
                 state.claim()
                 own = state.take_all()
                 if stranded:
@@ -277,8 +282,11 @@ class LeasingBackend(Backend):
                 return None, own
         if stranded:
             self._count(0, stranded=stranded)
+        if collect is not None:
+            collect()  # (outside the key's lock) reads the reply, which settles the prefetch
+            return self._serve(state, spec, cost, in_loop, collected=True)
         if prefetch:  # (outside the key's lock)
-            self._start_prefetch(state, in_loop)
+            self._start_prefetch(state, in_loop, now)
         return served, None
 
     def _refilled(self, state: KeyLease, need: int, own: Held, started: float,
@@ -309,12 +317,15 @@ class LeasingBackend(Backend):
         return outcome._replace(remaining=(outcome.remaining[0] + held,))
 
     @staticmethod
-    def _begin_prefetch(state: KeyLease) -> bool:
-        """A queued prefetch starts; False if a request that ran dry first has taken it
-        over (one busy thread holds the GIL: the prefetch's thread may not run before the
-        lease is spent, and the request then refills it itself, as without low water)."""
+    def _begin_prefetch(state: KeyLease, ahead: Ahead | None = None) -> bool:
+        """A queued prefetch starts (``ahead``: sent ahead by this thread); False if a
+        request that ran dry first has taken it over (one busy thread holds the GIL: the
+        prefetch's thread may not run before the lease is spent, and the request then
+        refills it itself, as without low water)."""
         with state.lock:
             queued, state.queued = state.queued, False
+            if queued:
+                state.ahead = ahead
         return queued
 
     def _prefetch(self, state: KeyLease) -> None:
@@ -328,6 +339,30 @@ class LeasingBackend(Backend):
             logger.debug("django_gcra: lease prefetch failed: %s", exc)
         self._prefetched(state, started, outcome)
 
+    def _send_ahead(self, state: KeyLease) -> None:
+        """Top the lease up with a call written now on this thread's connection, without
+        waiting: for a thread deciding back to back, whose GIL the background thread would
+        wait for. Its reply is read by this thread's next call to the store, by the request
+        that runs the lease dry (``_serve``), or else by the background thread."""
+        ahead = Ahead(self.clock())
+        if not self._begin_prefetch(state, ahead):
+            return
+        try:
+            collect = self.inner.take_ahead([state.spec], self.size, 1,
+                                            lambda outcome: self._prefetched(state, ahead.sent, outcome, ahead))
+        except BackendError as exc:  # an open circuit: nothing sent
+            logger.debug("django_gcra: lease prefetch failed: %s", exc)
+            self._prefetched(state, ahead.sent, None, ahead)
+            return
+        if collect is None:  # this store cannot: the key refills on demand until ahead_until
+            with state.lock:
+                if state.ahead is ahead:
+                    state.ahead = None
+                    state.settle()
+            return
+        ahead.collect = collect
+        prefetchers.collect_late(collect)
+
     async def _aprefetch(self, state: KeyLease) -> None:
         """``_prefetch`` as a task of the event loop."""
         if not self._begin_prefetch(state):
@@ -340,10 +375,15 @@ class LeasingBackend(Backend):
         finally:
             self._prefetched(state, started, outcome)
 
-    def _prefetched(self, state: KeyLease, started: float, outcome: Outcome | None) -> None:
+    def _prefetched(self, state: KeyLease, started: float, outcome: Outcome | None,
+                    ahead: Ahead | None = None) -> None:
+        """Add a prefetch's units; its claim ends unless a request took it over (one sent
+        ahead, in a coroutine: ``_serve``), whose own refill ends it then."""
         granted = (outcome.granted or 0) if outcome is not None else 0
         with state.lock:
-            state.settle()
+            if state.ahead is ahead:
+                state.ahead = None
+                state.settle()
             if outcome is not None:
                 state.observe(outcome, self.clock())
             state.add(granted, started + self.ttl)
@@ -402,26 +442,3 @@ class LeasingBackend(Backend):
 
     def read_states(self, specs: Sequence[LimitSpec]) -> list[Any]:
         return self.inner.read_states(specs)
-
-
-# One background thread runs prefetches, so a hot key rarely waits on the store.
-_executor: ThreadPoolExecutor | None = None
-_tasks: set[asyncio.Task[None]] = set()  # prefetches running as event-loop tasks (strong references)
-_executor_lock = threading.Lock()
-
-
-def _submit(job: Callable[[], None]) -> None:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="django_gcra-lease")
-        _executor.submit(job)
-
-
-def _forget_executor() -> None:
-    global _executor
-    _executor = None  # a forked child has no thread behind the parent's executor
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_executor)
