@@ -550,9 +550,11 @@ def run_workers(url, gcra, policy, descriptors, duration, max_calls):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("low_water", [0, 2], ids=["on-demand", "prefetch"])  # prefetch: sent ahead, back to back
-def test_processes_with_leases_never_exceed_the_global_limit(redis_server, low_water):
-    rate, burst, size = 50, 20, 5
+# prefetch: each process decides back to back, so its prefetches are sent ahead; at 1000/s,
+# about a hundred leases a second succeed and send the next one ahead.
+@pytest.mark.parametrize(("rate", "burst", "size", "low_water"), [(50, 20, 5, 0), (50, 20, 5, 2), (1000, 50, 10, 3)],
+                         ids=["on-demand", "prefetch", "prefetch-many-leases"])
+def test_processes_with_leases_never_exceed_the_global_limit(redis_server, rate, burst, size, low_water):
     gcra = {"POLICIES": {"p": lease_policy(rate=f"{rate}/s", burst=burst, size=size, low_water=low_water)}}
     redis_server.client().flushall()
     results = run_workers(redis_server.url, gcra, "p", {"ip": "hot"}, 3.0, [100_000] * PROCESSES)
@@ -756,3 +758,14 @@ def test_a_reply_sent_ahead_by_a_thread_that_ended_is_read_by_the_collector(real
         time.sleep(0.01)
     stats = lease_stats()["p"]
     assert not state.refilling and (stats.leased_units, stats.held_units, stats.store_calls) == (30, 13, 5)
+
+
+def test_a_prefetch_sent_ahead_into_a_flushed_script_cache_is_refilled_on_the_request_path(real_redis, gcra_settings):
+    gcra_settings(POLICIES={"p": lease_policy(rate="10/s", burst=1000, size=10, low_water=3)})
+    starve_the_prefetch_thread("p")
+    assert all(decide("p", {"ip": "f"}).allowed for _ in range(18))  # as above: 3 left at the next
+    real_redis.script_flush()  # a restart or failover: the script is gone
+    assert decide("p", {"ip": "f"}).allowed  # sends the prefetch ahead: NOSCRIPT
+    assert all(decide("p", {"ip": "f"}).allowed for _ in range(4))  # dry at the 4th: refilled, the script loaded
+    stats = lease_stats()["p"]
+    assert (stats.leased_units, stats.held_units) == (30, 9)  # the failed prefetch took nothing
