@@ -71,8 +71,8 @@ def test_a_reply_sent_ahead_is_read_before_the_next_calls_own(runner):
     assert runner.ahead_link() is None  # not connected yet: nothing can be sent ahead
     runner("DEL", "n")
     got = []
-    runner.send_ahead(runner.ahead_link(), ("INCR", "n"), got.append)
-    runner.send_ahead(runner.ahead_link(), ("INCRBY", "n", 10), got.append)
+    runner.ahead_link().send(("INCR", "n"), got.append)
+    runner.ahead_link().send(("INCRBY", "n", 10), got.append)
     assert got == []  # written, not read
     assert runner("GET", "n") == b"11" and got == [1, 11]  # in order, before the call's own reply
 
@@ -86,7 +86,7 @@ def test_any_thread_can_collect_a_reply_sent_ahead(runner):
         nonlocal link
         runner("PING")  # this thread's own connection
         link = runner.ahead_link()
-        runner.send_ahead(link, ("INCR", "m"), got.append)
+        link.send(("INCR", "m"), got.append)
 
     thread = threading.Thread(target=owner)
     thread.start()
@@ -102,7 +102,7 @@ def test_any_thread_can_collect_a_reply_sent_ahead(runner):
 def test_a_connection_broken_before_an_owed_reply_hands_it_the_error(runner, real_redis):
     assert runner("PING") == b"PONG"
     got = []
-    runner.send_ahead(runner.ahead_link(), ("BLPOP", "never-pushed", 1), got.append)  # answers after 1 s
+    runner.ahead_link().send(("BLPOP", "never-pushed", 1), got.append)  # answers after 1 s
     runner.ahead_link().collect()  # the socket waits 0.2 s
     assert len(got) == 1 and isinstance(got[0], RedisTimeoutError)
     assert runner.connection is None and runner.ahead_link() is None
@@ -115,6 +115,6 @@ def test_an_error_reply_sent_ahead_goes_to_its_callback_and_keeps_the_connection
     real_redis.set("text", "abc")
     assert runner("PING") == b"PONG"
     connection, got = runner.connection, []
-    runner.send_ahead(runner.ahead_link(), ("INCR", "text"), got.append)
+    runner.ahead_link().send(("INCR", "text"), got.append)
     assert runner("ECHO", "next") == b"next"
     assert isinstance(got[0], ResponseError) and runner.connection is connection

@@ -549,6 +549,15 @@ def run_workers(url, gcra, policy, descriptors, duration, max_calls):
                                            for calls in max_calls])
 
 
+def tat_ahead(client, key: str) -> int:
+    """Put ``key``'s TAT 60 s ahead, so it never falls behind the clock: then every unit the
+    script counts moves it by exactly one interval, and counted = its movement. The start."""
+    now = client.time()
+    start = (now[0] + 60) * 1_000_000 + now[1]
+    client.set(key, start)
+    return start
+
+
 @pytest.mark.slow
 # prefetch: each process decides back to back, so its prefetches are sent ahead; at 1000/s,
 # about a hundred leases a second succeed and send the next one ahead.
@@ -576,11 +585,7 @@ def test_stranded_quota_stays_within_processes_times_lease_size(redis_server):
     client = redis_server.client()
     client.flushall()
     key = "rl:{q}:p:k:q"
-    # Put the TAT 60 s ahead, so it never falls behind the clock: then every unit the
-    # script counts moves it by exactly one interval, and counted = its movement.
-    now = client.time()
-    start = (now[0] + 60) * 1_000_000 + now[1]
-    client.set(key, start)
+    start = tat_ahead(client, key)
     per_process = [3, 10, 11, 25]
     results = run_workers(redis_server.url, gcra, "p", {"ip": "q"}, 10.0, per_process)
     admitted = sum(r[0] for r in results)
@@ -680,9 +685,7 @@ def test_the_default_take_falls_back_to_the_least_in_a_second_decision(clock):
 def test_threads_with_background_prefetch_on_redis_account_for_every_unit(real_redis, gcra_settings):
     gcra_settings(POLICIES={"p": lease_policy(rate="10/s", burst=1000, size=10, low_water=3)})
     key, interval = "rl:{t}:p:k:t", 100_000
-    now = real_redis.time()
-    start = (now[0] + 60) * 1_000_000 + now[1]  # 60 s ahead: every counted unit moves the TAT
-    real_redis.set(key, start)
+    start = tat_ahead(real_redis, key)
     admitted = []
 
     def work():
@@ -718,9 +721,7 @@ def starve_the_prefetch_thread(policy_name):
 def test_one_thread_back_to_back_sends_its_prefetches_ahead_on_redis(real_redis, gcra_settings):
     gcra_settings(POLICIES={"p": lease_policy(rate="10/s", burst=1000, size=10, low_water=3)})
     key, interval = "rl:{b}:p:k:b", 100_000
-    now = real_redis.time()
-    start = (now[0] + 60) * 1_000_000 + now[1]  # 60 s ahead: every counted unit moves the TAT
-    real_redis.set(key, start)
+    start = tat_ahead(real_redis, key)
     starve_the_prefetch_thread("p")
     inner = backend_for(get_policy("p")).inner
     calls = {"take": 0, "take_ahead": 0}

@@ -8,7 +8,7 @@ installed, on a plain TCP or Unix socket, the request is then packed in C, writt
 socket and its reply parsed by a hiredis reader of the runner's own, without redis-py's
 layers. Any error other than a Redis error reply drops the connection, so a timed-out
 reply can never be read as the answer to a later request.
-A command can also be sent ahead (``DirectRunner.send_ahead``), its reply read later.
+A command can also be sent ahead (``Link.send``), its reply read later.
 """
 
 from __future__ import annotations
@@ -67,6 +67,20 @@ class Link:
         self.lock = threading.Lock()
         self.owed: deque[Callable[[Any], None]] = deque()  # callbacks of the replies sent ahead, in order
 
+    def send(self, args: Sequence[Any], on_reply: Callable[[Any], None]) -> None:
+        """Write a command now (from the link's own thread: ``DirectRunner.ahead_link()``);
+        its reply, or the error that broke the connection (an exception instance), goes to
+        ``on_reply`` when the reply is read (the thread's next call, or ``collect``).
+        ``on_reply`` must not call the runner."""
+        with self.lock:
+            self.owed.append(on_reply)
+            try:
+                _send(self.sock, _pack(args))
+            except BaseException as exc:
+                self.broken(exc)  # on_reply has the error
+                if not isinstance(exc, Exception):
+                    raise
+
     def hand_out(self) -> None:
         """Read the replies owed to commands sent ahead, each to its callback (``lock``
         held; the read loop of ``DirectRunner.__call__``, which keeps its own copy inline:
@@ -114,8 +128,8 @@ class Link:
 class DirectRunner(threading.local):
     """One connection per thread (and per process, after a fork) to the pool's server.
 
-    A command can also be sent ahead (``send_ahead``: a lease's prefetch on the thread
-    that will spend it): written now, its reply read by the thread's next call, or by
+    A command can also be sent ahead (``ahead_link().send``: a lease's prefetch on the
+    thread that will spend it): written now, its reply read by the thread's next call, or by
     ``Link.collect`` from any thread, and handed to its callback then. Replies come in
     the order commands were sent, so a call reads the owed ones first."""
 
@@ -169,24 +183,9 @@ class DirectRunner(threading.local):
         return reply
 
     def ahead_link(self) -> Link | None:
-        """This thread's link if ``send_ahead`` can use it (up, on a plain socket), else None."""
+        """This thread's link if a command can be sent ahead on it (up, on a plain socket), else None."""
         link = self.link
         return link if link is not None and link.sock is not None and link.pid == os.getpid() else None
-
-    @staticmethod
-    def send_ahead(link: Link, args: Sequence[Any], on_reply: Callable[[Any], None]) -> None:
-        """Write a command on ``link`` (this thread's ``ahead_link()``) now; its reply, or
-        the error that broke the connection (an exception instance), goes to ``on_reply``
-        when the reply is read (this thread's next call, or ``link.collect()``).
-        ``on_reply`` must not call the runner."""
-        with link.lock:
-            link.owed.append(on_reply)
-            try:
-                _send(link.sock, _pack(args))
-            except BaseException as exc:
-                link.broken(exc)  # on_reply has the error
-                if not isinstance(exc, Exception):
-                    raise
 
     def _through_redis_py(self, link: Link, args: Sequence[Any]) -> Any:
         connection = link.connection
@@ -198,11 +197,6 @@ class DirectRunner(threading.local):
         except BaseException:
             link.drop()
             raise
-
-    def drop(self) -> None:
-        if self.link is not None:
-            with self.link.lock:
-                self.link.drop()
 
 
 def new_reader() -> Any:

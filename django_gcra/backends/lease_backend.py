@@ -343,7 +343,7 @@ class LeasingBackend(Backend):
         """Top the lease up with a call written now on this thread's connection, without
         waiting: for a thread deciding back to back, whose GIL the background thread would
         wait for. Its reply is read by this thread's next call to the store, by the request
-        that runs the lease dry (``_serve``), or else by the background thread."""
+        that runs the lease dry (``_serve``), or else by ``prefetchers``' collector."""
         ahead = Ahead(self.clock())
         if not self._begin_prefetch(state, ahead):
             return

@@ -217,7 +217,7 @@ class RedisBackend(Backend):
                 breaker.success()
             done(parse_reply(reply, take=True))
 
-        runner.send_ahead(link, ("EVALSHA", SCRIPT_SHA, len(keys), *keys, *script_args(specs, most, least)), on_reply)  # type: ignore[union-attr]
+        link.send(("EVALSHA", SCRIPT_SHA, len(keys), *keys, *script_args(specs, most, least)), on_reply)
         return link.collect
 
     # The coroutine of ``_arun`` itself (no coroutine around it: one frame less per decision).
