@@ -67,8 +67,8 @@ class Plan:
     named tuple: a memoized plan is read a dozen times per decision, and reading a slot
     costs a third of reading a named tuple's field."""
 
-    __slots__ = ("backend", "backend_generation", "cost", "counted", "descriptors", "limits", "policy", "slots",
-                 "specs")
+    __slots__ = ("backend", "backend_generation", "cost", "counted", "descriptors", "heat", "heat_window", "limits",
+                 "policy", "slots", "specs")
 
     def __init__(self, policy: Policy, cost: int, limits: tuple[PlannedLimit, ...], specs: tuple[LimitSpec, ...],
                  descriptors: Mapping[str, str], counted: tuple[int, ...] = (),
@@ -81,6 +81,11 @@ class Plan:
         # two slots, not a tuple: no object kept per plan for the garbage collector to scan).
         self.backend: Any = None
         self.backend_generation = -1
+        # A leased policy's cold key counts its store decisions here, once the plan is
+        # memoized (PlanMemo.put sets 0; -1: counted by the lease wrapper), and the
+        # wrapper's heat window they were counted in (LeasingBackend.still_cold).
+        self.heat = -1
+        self.heat_window = 0
 
     def __repr__(self) -> str:
         return f"Plan(policy={self.policy.name!r}, cost={self.cost}, specs={self.specs!r})"
@@ -111,6 +116,7 @@ class PlanMemo:
             self.plans.clear()
             self.next_refill = now + self.refill_after
         self.plans[key] = p
+        p.heat = 0  # a memoized plan counts its own heat (LeasingBackend.still_cold)
 
     def clear(self) -> None:
         self.plans.clear()

@@ -28,6 +28,7 @@ from .backends import Backend
 from .backends.breaker import CLOSED, CircuitBreaker, _breakers, breaker_for
 from .backends.clients import Timeouts, build_async_client, build_sync_client, endpoint_name
 from .backends.cluster import node_of
+from .backends.lease_backend import LeasingBackend
 from .backends.redis import RedisBackend
 from .conf import generation, get_settings, on_change
 from .policy import Policy
@@ -170,9 +171,20 @@ def backend_for(policy: Policy) -> Backend:
 def backend_for_plan(p: Plan) -> Backend:
     """``backend_for(p.policy)``, kept on the plan for the next decision of a memoized plan
     (``p.backend``, read in ``limiter``: valid while ``leases.generation`` is
-    ``p.backend_generation``)."""
+    ``p.backend_generation``). A leased policy's memoized plan whose key is still cold
+    is decided on the store itself, and is not kept (``LeasingBackend.still_cold``)."""
     built_in = leases.generation
-    p.backend = backend = backend_for(p.policy)
+    backend = backend_for(p.policy)
+    if type(backend) is LeasingBackend:  # a cold key: one store call, and the plan's next decision asks again
+        if p.heat == 0 and backend.hot_after > 1:
+            # A memoized plan's first decision is cold, whatever it asks: LeasingBackend.still_cold's
+            # count, inline (the call would double what a cold decision pays for its lease).
+            p.heat, p.heat_window = 1, backend.window
+            next(backend.cold)
+            return backend.inner
+        if backend.still_cold(p):
+            return backend.inner
+    p.backend = backend
     p.backend_generation = built_in
     return backend
 

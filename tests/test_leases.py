@@ -470,6 +470,56 @@ def test_backend_for_wraps_only_leased_policies(gcra_settings):
     assert leasing_backend(plain, get_policy("plain")) is plain
 
 
+def test_cold_keys_of_memoized_plans_are_counted_on_the_plans(gcra_settings):
+    gcra_settings(POLICIES={"leased": lease_policy()})
+    for i in range(50):
+        for _ in range(HOT_AFTER - 1):
+            assert decide("leased", {"ip": f"cold{i}"}).allowed  # 50 keys, each still cold
+    wrapper, stats = backend_for(get_policy("leased")), lease_stats()["leased"]
+    assert (stats.decisions, stats.store_calls, stats.leased_units, wrapper.held_keys()) == (100, 100, 0, 0)
+    assert wrapper._heat == {}  # no key hashed into the wrapper's own count
+    decide("leased", {"ip": "cold7"})  # its HOT_AFTER-th: leased
+    assert wrapper.held_keys() == 1 and lease_stats()["leased"].held_units == 9
+
+
+def test_counts_on_a_plan_from_a_window_that_has_ended_never_make_it_hot(gcra_settings, store, clock):
+    from django_gcra.plan import plan
+
+    gcra_settings(POLICIES={"leased": lease_policy()})
+    p = plan("leased", {"ip": "w"})
+    backend = LeasingBackend(store, 10, 1.0, clock=lambda: clock.t)  # hot_after 3
+    assert backend.still_cold(p) and backend.still_cold(p)
+    clock.t += 1.01  # the window has ended
+    assert backend.still_cold(p)  # the third, but the first of a new window
+    assert backend.still_cold(p)
+    assert not backend.still_cold(p) and backend.held_keys() == 1  # the third within it: hot, its lease made
+    other = LeasingBackend(store, 10, 1.0, clock=lambda: clock.t)  # counts of another wrapper (a reset) are void
+    assert other.still_cold(p) and other.still_cold(p) and not other.still_cold(p)
+    assert backend.stats().decisions == 4 and store.calls == 0  # counted; the store call is the caller's
+
+
+def test_plans_a_lease_cannot_answer_are_left_to_the_wrapper(gcra_settings, store, clock):
+    from django_gcra.plan import plan
+
+    shadow = {"name": "s", "key": ["ip"], "rate": "50/s", "burst": 50, "mode": "shadow"}
+    gcra_settings(POLICIES={"leased": lease_policy(burst=50), "shadow": lease_policy(limits=[shadow])})
+    backend = LeasingBackend(store, 10, 1.0, clock=lambda: clock.t)
+    for p in (plan("leased", {"ip": "a"}, cost=0), plan("leased", {"ip": "a"}, cost=51), plan("shadow", {"ip": "a"})):
+        assert not backend.still_cold(p)  # the wrapper's evaluate sends them to the store
+    assert backend.stats().decisions == 0
+
+
+def test_a_key_whose_plan_is_not_memoized_is_counted_by_the_wrapper(gcra_settings, monkeypatch):
+    from django_gcra.plan import _plans
+
+    gcra_settings(POLICIES={"leased": lease_policy()})
+    monkeypatch.setattr(_plans, "size", 0)  # a full memo (or overrides): every decision resolves a new plan
+    for _ in range(HOT_AFTER + 5):
+        assert decide("leased", {"ip": "n"}).allowed
+    stats = lease_stats()["leased"]
+    assert (stats.store_calls, stats.leased_units, stats.local) == (HOT_AFTER, 10, 5)
+
+
 def test_a_memoized_plan_keeps_its_backend_only_while_the_leases_stand(gcra_settings):
     from django_gcra import leases
     from django_gcra.plan import plan
@@ -477,13 +527,18 @@ def test_a_memoized_plan_keeps_its_backend_only_while_the_leases_stand(gcra_sett
     gcra_settings(POLICIES={"leased": lease_policy()})
     decide("leased", {"ip": "1"})
     p = plan("leased", {"ip": "1"})  # the memoized plan the decision used
+    assert (p.backend, p.heat) == (None, 1)  # a cold key: decided on the store, its backend not kept
+    for _ in range(HOT_AFTER - 1):
+        decide("leased", {"ip": "1"})
     first = backend_for(p.policy)
-    assert (p.backend, p.backend_generation) == (first, leases.generation)
+    assert (p.backend, p.backend_generation) == (first, leases.generation)  # hot: the lease wrapper, kept
     leases.reset_leases()  # as a fork or a changed configuration does: every lease forgotten
-    decide("leased", {"ip": "1"})
+    for _ in range(HOT_AFTER):
+        decide("leased", {"ip": "1"})  # cold again for the new wrapper, then hot
     assert plan("leased", {"ip": "1"}) is p and backend_for(p.policy) is not first
     assert (p.backend, p.backend_generation) == (backend_for(p.policy), leases.generation)
-    assert lease_stats()["leased"].decisions == 1  # decided by the new wrapper, not the forgotten one
+    stats = lease_stats()["leased"]  # decided by the new wrapper, not the forgotten one
+    assert (stats.decisions, stats.store_calls, stats.leased_units) == (HOT_AFTER, HOT_AFTER, 10)
 
 
 # Real redis-server ---------------------------------------------------------------------

@@ -11,7 +11,10 @@ the lease expires are stranded (lost to everyone), at most L per process and key
 
 Only keys that prove hot are leased: a key's first decisions go to the store one call
 each, and the key is leased at its ``HOT_AFTER``-th store decision within one window of ``ttl``
-(a key seen less often would strand most of every lease it took). A lease that expires
+(a key seen less often would strand most of every lease it took). The count is kept on
+the decision's memoized plan (``still_cold``, read by ``store.backend_for_plan``, which
+then sends a cold decision to ``inner`` itself: it costs what an unleased one does), or,
+for a plan that is not memoized, in a dict here (``_goes_direct``). A lease that expires
 unused makes the key cold again.
 
 ``Decision.remaining`` from a leased key is the store's remaining as of this process's
@@ -46,12 +49,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..algorithm import DENIED
 from . import prefetchers
 from .base import Backend, BackendError, LimitSpec, Outcome
 from .key_lease import Ahead, Held, KeyLease, LeaseStats, counted, held_units
+
+if TYPE_CHECKING:
+    from ..plan import Plan
 
 __all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend"]
 
@@ -61,6 +67,7 @@ REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same ke
 # (and on a key seen less often) every decision is one direct store call, and no lease
 # is taken to strand. 3: a key must come back twice within ttl to earn a lease.
 HOT_AFTER = 3
+_windows = itertools.count(1)  # heat windows, numbered across wrappers (a plan outlives a reset wrapper)
 EVICT_FRACTION = 8  # past max_keys, the oldest 1/8 of the leases go at once (no sweep per new key)
 
 
@@ -88,12 +95,13 @@ class LeasingBackend(Backend):
         self._stats_lock = threading.Lock()
         # The direct decisions of keys without a lease (one store call each): the common
         # case of a cold key, counted by ``next`` (one C call, atomic under the GIL) and
-        # read with ``counted``, not under ``_stats_lock``.
-        self._cold = itertools.count()
+        # read with ``counted``, not under ``_stats_lock``; also by store.backend_for_plan.
+        self.cold = itertools.count()
         self._keys: dict[str, KeyLease] = {}  # read without a lock (one dict lookup); written under _keys_lock
         self._keys_lock = threading.Lock()
         self._heat: dict[str, int] = {}  # cold key -> its store decisions in this window
         self._heat_until = 0.0  # when the window ends (monotonic seconds; see _goes_direct)
+        self.window, self._window_until = next(_windows), clock() + ttl  # the memoized plans' (still_cold)
         self._next_sweep = 0.0
 
     def _local(self, state: KeyLease, spec: LimitSpec, cost: int, in_loop: bool) -> Outcome | None:
@@ -231,7 +239,32 @@ class LeasingBackend(Backend):
                 heat.clear()
                 self._heat_until = self.clock() + self.ttl
             heat[key] = count
-        next(self._cold)  # one decision, one store call (counted without a lock: see _cold)
+        next(self.cold)  # one decision, one store call (counted without a lock: see cold)
+        return True
+
+    def still_cold(self, p: Plan) -> bool:
+        """``_goes_direct`` for a memoized plan, its heat counted on the plan (no dict, no
+        hashing of its key): True (the decision counted as a store call) while the plan's
+        key is cold, and ``store.backend_for_plan`` then decides it on ``inner`` itself.
+        False when the plan is not memoized (``heat`` -1: counted by ``evaluate``), is not
+        leasable (``evaluate`` sends it to the store), or is hot now: its key's lease is made,
+        which ``evaluate`` fills.
+
+        Windows follow one another from this wrapper's start: the clock is read only when
+        a plan reaches ``hot_after``, and a window that has ended by then starts a new one
+        (its counts, on every plan, are void: that plan counts anew)."""
+        specs, heat = p.specs, p.heat
+        if heat < 0 or len(specs) != 1 or not self._leasable(specs, p.cost):
+            return False
+        heat = heat + 1 if p.heat_window == self.window else 1
+        if heat >= self.hot_after:
+            now = self.clock()
+            if heat == 1 or now < self._window_until:  # hot (with hot_after 1: every plan)
+                self._state(specs[0])
+                return False
+            self.window, self._window_until, heat = next(_windows), now + self.ttl, 1
+        p.heat, p.heat_window = heat, self.window
+        next(self.cold)
         return True
 
     def _state(self, spec: LimitSpec) -> KeyLease:
@@ -403,7 +436,7 @@ class LeasingBackend(Backend):
             held = sum(s.held for s in self._keys.values())
             local = sum(s.local for s in self._keys.values())
             with self._stats_lock:
-                s, direct = self._stats, counted(self._cold)
+                s, direct = self._stats, counted(self.cold)
                 return replace(s, held_units=held, local=s.local + local, decisions=s.decisions + local + direct,
                                store_calls=s.store_calls + direct)
 
