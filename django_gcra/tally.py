@@ -67,7 +67,7 @@ HOUR_TTL = 32 * 86400
 SEP = "\x1f"
 NEAR_SHARE = 0.8  # used share of the burst from which an allowed decision's key is "near its quota"
 _FAR_SHARE = 1 - NEAR_SHARE  # the remaining share below which it is
-_NONE_KEYED: list[tuple[str, str, str]] = []  # no key is listed: never appended to
+_NONE_KEYED: list[tuple[str, str, str]] = []  # no key of the policy is listed: never appended to
 MAX_NEAR = 256  # near keys one process holds between flushes
 NEAR_KEPT = 50  # near keys kept per hour bucket in Redis (the highest shares)
 LISTING = frozenset({"denied", "shadow_denied", "fallback_denied"})
@@ -83,7 +83,7 @@ def _redis_key(kind: str, bucket: int) -> str:
 
 
 class _Admissions:
-    """One (policy, limit)'s plain admissions (one limit, allowed, no key listed): counted
+    """One (policy, limit)'s plain admissions (one limit, allowed, no key of the policy listed): counted
     with ``next`` (one C call, atomic under the GIL: no lock on the request path), folded
     into the pending counts as both "seen" and "allowed" when they are read or flushed."""
 
@@ -109,6 +109,9 @@ class Tally:
         self.totals: dict[tuple[str, str, str], int] = {}  # since the process started
         self.listed: dict[tuple[str, str], set[str]] = {}
         self.listed_count = 0
+        # The policies with a listed key: only their decisions are looked up in ``listed``
+        # (a denial of one policy's key does not slow every other policy's decisions).
+        self.listed_policies: set[str] = set()
         self.pending_near: dict[tuple[str, str, str], tuple[float, dict[str, str]]] = {}
         self._admitted: dict[tuple[str, str], _Admissions] = {}
         self._thread: threading.Thread | None = None
@@ -119,10 +122,10 @@ class Tally:
         """Count ``decision``: the observer of every decision (``signals.observers``, as
         ``on_decision``; its counting in this one frame). Never raises."""
         try:
-            limits = decision.limits
+            limits, policy = decision.limits, decision.policy
             if (len(limits) == 1 and decision.allowed and not (decision.shadow or decision.fallback or decision.waited)
-                    and not self.listed):  # one limit, admitted, no key listed: most decisions
-                state, policy = limits[0], decision.policy
+                    and policy not in self.listed_policies):  # one limit, admitted, no key of its policy listed
+                state = limits[0]
                 admissions = self._admitted.get((policy, state.name)) or self._admissions(policy, state.name)
                 if admissions is None:  # (too many pairs already: policies built per call)
                     self._count(decision)
@@ -171,7 +174,7 @@ class Tally:
         """``count`` of any decision: every limit it evaluated seen, its outcome, the listed keys."""
         outcome = outcome_of(decision)
         policy = decision.policy
-        keyed = self._keyed(decision) if self.listed else _NONE_KEYED
+        keyed = self._keyed(decision) if policy in self.listed_policies else _NONE_KEYED
         with self.lock:
             pending = self._pending
             for state in decision.limits:
@@ -222,6 +225,7 @@ class Tally:
             if key not in listed and self.listed_count < MAX_LISTED:
                 listed.add(key)
                 self.listed_count += 1
+                self.listed_policies.add(decision.policy)
                 field = (decision.policy, limit.name, key)  # this decision is the key's traffic too
                 self.pending_keys[field] = self.pending_keys.get(field, 0) + 1
 

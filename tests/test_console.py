@@ -12,6 +12,7 @@ from django.http import HttpResponse
 from django.utils import timezone
 
 from django_gcra import audit, decide, tally
+from django_gcra.backends.key_lease import counted
 from django_gcra.decision import Decision, LimitState
 from django_gcra.decorators import ratelimit
 from django_gcra.models import AuditEvent, LimitOverride
@@ -145,6 +146,20 @@ def test_the_listed_keys_are_bounded(console, monkeypatch):
         for _ in range(3):
             decide("browser", {"tenant": tenant})
     assert counts.listed_count == 2 and counts.listed[("browser", "tenant")] == {"tenant=a", "tenant=b"}
+
+
+def test_a_listed_key_keeps_other_policies_on_the_plain_admission_count(console, monkeypatch):
+    counts, _ = console
+    assert [decide("browser", {"tenant": "acme"}).allowed for _ in range(3)][-1] is False  # denied: listed
+    assert counts.listed_policies == {"browser"}
+    seen = counts.pending.get(("api", "tenant", "seen"), 0)
+    keyed: list[str] = []
+    monkeypatch.setattr(counts, "_keyed", lambda decision: keyed.append(decision.policy) or [])
+    decide("api", {"tenant": "zeta", "user": None})  # another policy, one limit, admitted
+    assert keyed == [] and counted(counts._admitted[("api", "tenant")].counter) == 1  # the plain count, no lookup
+    decide("browser", {"tenant": "other"})
+    assert keyed == ["browser"]  # the listed policy's decisions are still looked up
+    assert counts.pending[("api", "tenant", "seen")] == seen + 1
 
 
 def test_the_dashboard_shows_counts_per_limit_and_charts_them(admin_client, console):
