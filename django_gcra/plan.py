@@ -63,7 +63,8 @@ class PlannedSlot:
 
 class Plan:
     """What one decision will ask of the backend: the rate limits' specs first, then the
-    concurrency limits' (``slots``). Immutable by convention. A class with slots, not a
+    concurrency limits' (``slots``). Immutable by convention, but for what a memoized plan
+    keeps for its next decision (its backend, a leased policy's heat). A class with slots, not a
     named tuple: a memoized plan is read a dozen times per decision, and reading a slot
     costs a third of reading a named tuple's field."""
 
