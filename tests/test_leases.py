@@ -636,7 +636,10 @@ def test_processes_with_leases_never_exceed_the_global_limit(redis_server, rate,
 @pytest.mark.slow
 def test_stranded_quota_stays_within_processes_times_lease_size(redis_server):
     size, interval = 10, 100_000  # 10/s
-    gcra = {"POLICIES": {"p": lease_policy(rate="10/s", burst=1000, size=size)}}
+    # ttl 30 s: one heat window from each worker's warm-up (which makes its wrapper) to its
+    # end, so every process leases the key at its HOT_AFTER-th decision, however long the
+    # workers wait at the start line (with a window ending in between, a key counts anew).
+    gcra = {"POLICIES": {"p": lease_policy(rate="10/s", burst=1000, size=size, ttl=30.0)}}
     client = redis_server.client()
     client.flushall()
     key = "rl:{q}:p:k:q"
