@@ -51,7 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..algorithm import DENIED
+from ..algorithm import ALLOWED, DENIED
 from . import prefetchers
 from .base import Backend, BackendError, LimitSpec, Outcome
 from .key_lease import Ahead, Held, KeyLease, LeaseStats, counted, held_units
@@ -68,6 +68,7 @@ REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same ke
 # is taken to strand. 3: a key must come back twice within ttl to earn a lease.
 HOT_AFTER = 3
 _windows = itertools.count(1)  # heat windows, numbered across wrappers (a plan outlives a reset wrapper)
+_new = tuple.__new__
 EVICT_FRACTION = 8  # past max_keys, the oldest 1/8 of the leases go at once (no sweep per new key)
 
 
@@ -123,7 +124,14 @@ class LeasingBackend(Backend):
                 state.first, state.expires = state.second - (cost - state.first), state.second_expires
                 state.second = 0
             state.local += 1
-            outcome = state.outcome(now)
+            # KeyLease.outcome(now), inline: the store's remaining aged by our clock, plus what we hold
+            aged = round((now - state.seen_at) * 1e6)
+            rested_in = state.rest - aged
+            if rested_in < 0:
+                rested_in = 0
+            remaining = (state.capacity - rested_in) // state.interval
+            outcome = _new(Outcome, (ALLOWED, ALLOWED, 0, None, state.store_now + aged,
+                                     ((remaining if remaining > 0 else 0) + state.held,), (rested_in,), None, 0, None))
             if not (self.low_water and state.held <= self.low_water and not state.refilling):
                 return outcome
             state.claim(queued=True)
