@@ -17,6 +17,7 @@ from django.http import HttpRequest
 from . import leases
 from .algorithm import ALLOWED
 from .backends import BackendError, Outcome
+from .backends.lease_backend import LeasingBackend, Served
 from .decision import Decision, LimitState
 from .fallback import UNAVAILABLE, on_failure
 from .plan import Plan, get_policy, plan
@@ -53,11 +54,15 @@ def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, 
     try:
         # The memoized plan's backend, while the leases stand (store.backend_for_plan).
         backend = p.backend if p.backend_generation == leases.generation else backend_for_plan(p)
-        # The two-argument call when not waiting: every store takes it (and it is the hot path).
-        outcome = backend.evaluate(p.specs, cost, wait_us) if wait_us else backend.evaluate(p.specs, cost)  # type: ignore[call-arg]
+        if wait_us:
+            outcome = backend.evaluate(p.specs, cost, wait_us)  # type: ignore[call-arg]
+        # A leased key's local path first (the lease's numbers, no Outcome made); else the
+        # two-argument call: every store takes it (and it is the hot path).
+        elif type(backend) is not LeasingBackend or (outcome := backend.serve(p.specs, cost)) is None:
+            outcome = backend.evaluate(p.specs, cost)
     except BackendError as exc:
         return _finish(p, on_failure(p, exc), request, fallback=True)
-    if outcome.waited > 0:
+    if wait_us and outcome.waited > 0:
         time.sleep(outcome.waited / 1e6)
     return _finish(p, outcome, request)
 
@@ -75,11 +80,11 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
         backend = p.backend if p.backend_generation == leases.generation else backend_for_plan(p)
         if wait_us:
             outcome = await backend.aevaluate(p.specs, cost, wait_us)
-        else:
+        elif type(backend) is not LeasingBackend or (outcome := backend.serve(p.specs, cost, True)) is None:
             outcome = await backend.aevaluate(p.specs, cost)
     except BackendError as exc:
         return _finish(p, on_failure(p, exc), request, fallback=True)
-    if outcome.waited > 0:
+    if wait_us and outcome.waited > 0:
         await asyncio.sleep(outcome.waited / 1e6)
     return _finish(p, outcome, request)
 
@@ -92,34 +97,43 @@ def max_wait_us(max_wait: float) -> int:
     return int(max_wait * 1_000_000)
 
 
-def _finish(p: Plan, outcome: Outcome | object | None, request: HttpRequest | None,
+def _finish(p: Plan, outcome: Outcome | Served | object | None, request: HttpRequest | None,
             fallback: bool = False) -> Decision:
-    if type(outcome) is Outcome:
+    one = True  # one rate limit: the hot path, its Decision built here (no frame more)
+    if type(outcome) is tuple:  # served from a lease (LeasingBackend.serve): one limit, admitted now
+        least, rested, _ = outcome
+        enforced = would = ALLOWED
+        retry_after, waited, slots = None, 0, None
+    elif type(outcome) is Outcome:
         # Every field at once: unpacking reads a named tuple in a third of the time of its fields one by one.
         enforced, would, retry_after, binding, _, remaining, reset_after, _, waited, slots = outcome
-        if len(remaining) == 1 and not p.slots:  # one rate limit: the hot path, built here (no frame more)
-            pl = p.limits[0]
-            limit, least = pl.limit, remaining[0]
-            # tuple.__new__ with every field: a named tuple's own __new__ is one more Python frame.
-            reset = reset_after[0] / 1e6
-            state = _new(LimitState, (limit.name, pl.rate, pl.burst, least, reset, pl.mode, limit.algorithm))
-            allowed = enforced == ALLOWED
-            if allowed and would == ALLOWED:
-                decision = _new(Decision, (True, 0.0, least, limit.name, p.policy.name, p.cost, False, fallback,
-                                           False, reset, 0.0, (state,), p.descriptors, waited / 1e6, False, slots))
-                plain = not (fallback or waited)
-            else:
-                retry = math.inf if retry_after is None else retry_after / 1e6
-                decision = _new(Decision, (allowed, 0.0 if allowed else retry, least, limit.name, p.policy.name,
-                                           p.cost, allowed, fallback, False, reset, retry if allowed else 0.0,
-                                           (state,), p.descriptors, waited / 1e6, False, slots))
-                plain = False
+        if len(remaining) == 1 and not p.slots:
+            least, rested = remaining[0], reset_after[0]
         else:
+            one = False
             decision = _composite(p, enforced, would, retry_after, binding, remaining, reset_after, waited, slots,
                                   fallback)
-            plain = decision.allowed and not (decision.shadow or decision.fallback or decision.waited)
     else:
+        one = False
         decision = _to_decision(p, outcome, fallback)
+    if one:
+        pl = p.limits[0]
+        limit = pl.limit
+        # tuple.__new__ with every field: a named tuple's own __new__ is one more Python frame.
+        reset = rested / 1e6
+        state = _new(LimitState, (limit.name, pl.rate, pl.burst, least, reset, pl.mode, limit.algorithm))
+        allowed = enforced == ALLOWED
+        if allowed and would == ALLOWED:
+            decision = _new(Decision, (True, 0.0, least, limit.name, p.policy.name, p.cost, False, fallback,
+                                       False, reset, 0.0, (state,), p.descriptors, waited / 1e6, False, slots))
+            plain = not (fallback or waited)
+        else:
+            retry = math.inf if retry_after is None else retry_after / 1e6
+            decision = _new(Decision, (allowed, 0.0 if allowed else retry, least, limit.name, p.policy.name,
+                                       p.cost, allowed, fallback, False, reset, retry if allowed else 0.0,
+                                       (state,), p.descriptors, waited / 1e6, False, slots))
+            plain = False
+    else:
         plain = decision.allowed and not (decision.shadow or decision.fallback or decision.waited)
     name = p.policy.name
     for observer in observers:  # (positional: a call by keyword costs twice as much)

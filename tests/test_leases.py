@@ -712,6 +712,30 @@ def test_a_forked_worker_starts_without_its_parents_leases(fake_redis, gcra_sett
     assert lease_stats()["search"].store_calls == 1 and lease_stats()["search"].held_units == 0
 
 
+def test_a_decision_served_from_the_lease_is_the_one_its_outcome_would_give(fake_redis, gcra_settings, monkeypatch):
+    from django_gcra import limiter
+    from django_gcra.backends import lease_backend
+    from django_gcra.backends.lease_backend import _outcome
+    from django_gcra.plan import plan
+
+    gcra_settings(POLICIES={"search": lease_policy(rate="10/s")})  # slow to refill: exact remaining
+    for _ in range(HOT_AFTER):
+        decide("search", {"ip": "s"})  # the cold decisions, then a lease of 10: 9 held, the store at 100 - 12
+    before = lease_stats()["search"]
+    with monkeypatch.context() as patched:
+        patched.setattr(lease_backend, "_outcome", None)  # (evaluate's local path would call it)
+        served = decide("search", {"ip": "s"})  # decide's local path: LeasingBackend.serve, no Outcome
+    after = lease_stats()["search"]
+    assert (after.local, after.store_calls) == (before.local + 1, before.store_calls)
+    assert served.allowed and served.remaining == served.limits[0].remaining == 100 - 12 + 8
+    assert served.limit == "k" and served.limits[0].burst == 100 and not (served.shadow or served.fallback)
+    assert 1.1 < served.reset_after <= 1.2  # 12 units counted at 10/s: rested 1.2 s after the lease
+    p = plan("search", {"ip": "s"})
+    numbers = backend_for(get_policy("search")).serve(p.specs, 1)
+    assert numbers is not None and numbers[0] == 100 - 12 + 7
+    assert limiter._finish(p, numbers, None) == limiter._finish(p, _outcome(numbers), None)
+
+
 def test_a_changed_rate_or_burst_forgets_the_remembered_denial(store, clock):
     spec = LimitSpec("o", 60_000_000, 3)
     backend = leased(store, clock, size=2)

@@ -22,7 +22,8 @@ last call for the key, aged by this process's clock, plus the units this process
 holds: exact for one process, optimistic by what other processes took since that call.
 
 The local path (a leased key whose lease covers the cost) is a dict lookup, one lock
-held for a few integer operations, and one ``Outcome``: no other object is made.
+held for a few integer operations, and one tuple of three numbers: ``decide()`` asks
+``serve`` first and builds its ``Decision`` from them, with no ``Outcome`` made.
 
 Low water (``low_water`` > 0): the request that leaves the lease at or below it queues a
 prefetch, which tops the lease up off the request path (a background thread, or a task
@@ -59,7 +60,7 @@ from .key_lease import Ahead, Held, KeyLease, LeaseStats, counted, held_units
 if TYPE_CHECKING:
     from ..plan import Plan
 
-__all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend"]
+__all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend", "Served"]
 
 logger = logging.getLogger("django_gcra")
 REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same key before its own call
@@ -69,7 +70,15 @@ REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same ke
 HOT_AFTER = 3
 _windows = itertools.count(1)  # heat windows, numbered across wrappers (a plan outlives a reset wrapper)
 _new = tuple.__new__
+# A decision served from a lease: (remaining, us until the key is rested, the store clock in us).
+Served = tuple[int, int, int]
 EVICT_FRACTION = 8  # past max_keys, the oldest 1/8 of the leases go at once (no sweep per new key)
+
+
+def _outcome(served: Served) -> Outcome:
+    """The ``Outcome`` of a decision served from a lease (``LeasingBackend.serve``)."""
+    remaining, rested_in, store_now = served
+    return _new(Outcome, (ALLOWED, ALLOWED, 0, None, store_now, (remaining,), (rested_in,), None, 0, None))
 
 
 def _may_wait(outcome: Outcome, max_wait: int) -> bool:
@@ -105,10 +114,22 @@ class LeasingBackend(Backend):
         self.window, self._window_until = next(_windows), clock() + ttl  # the memoized plans' (still_cold)
         self._next_sweep = 0.0
 
-    def _local(self, state: KeyLease, spec: LimitSpec, cost: int, in_loop: bool) -> Outcome | None:
+    def serve(self, specs: Sequence[LimitSpec], cost: int, in_loop: bool = False) -> Served | None:
+        """``decide()``'s local path: a single-limit decision this process's lease of the
+        key covers, as the lease's numbers, ``(remaining, us until the key is rested, the
+        store's clock in us)``, with no ``Outcome`` made; None otherwise (then ``evaluate``
+        decides it). ``in_loop``: called from a coroutine (a prefetch then runs as a task
+        of the loop)."""
+        if len(specs) == 1:
+            spec = specs[0]
+            state = self._keys.get(spec.key)
+            if state is not None:
+                return self._local(state, spec, cost, in_loop)
+        return None
+
+    def _local(self, state: KeyLease, spec: LimitSpec, cost: int, in_loop: bool) -> Served | None:
         """The local path: a leased key whose unexpired lease covers ``cost``, served
-        with a few integer operations under the key's lock.
-        ``in_loop``: called from a coroutine (a prefetch then runs as a task of the loop)."""
+        with a few integer operations under the key's lock (``serve``)."""
         if (state.spec is not spec and state.spec != spec) or not 0 < cost <= state.held:
             return None
         now = self.clock()
@@ -130,15 +151,14 @@ class LeasingBackend(Backend):
             if rested_in < 0:
                 rested_in = 0
             remaining = (state.capacity - rested_in) // state.interval
-            outcome = _new(Outcome, (ALLOWED, ALLOWED, 0, None, state.store_now + aged,
-                                     ((remaining if remaining > 0 else 0) + state.held,), (rested_in,), None, 0, None))
+            served = ((remaining if remaining > 0 else 0) + state.held, rested_in, state.store_now + aged)
             if not (self.low_water and state.held <= self.low_water and not state.refilling):
-                return outcome
+                return served
             state.claim(queued=True)
         finally:
             lock.release()
         self._start_prefetch(state, in_loop, now)  # (outside the key's lock)
-        return outcome
+        return served
 
     def _start_prefetch(self, state: KeyLease, in_loop: bool, now: float) -> None:
         """Top ``state`` up off the request path: in a coroutine, as a task of its event
@@ -165,9 +185,9 @@ class LeasingBackend(Backend):
             spec = specs[0]
             state = self._keys.get(spec.key)
             if state is not None:
-                served = self._local(state, spec, cost, False)
-                if served is not None:
-                    return served
+                local = self._local(state, spec, cost, False)
+                if local is not None:
+                    return _outcome(local)
             elif self._goes_direct(spec, cost):
                 return self.inner.evaluate(specs, cost)
         if not self._leasable(specs, cost):
@@ -199,9 +219,9 @@ class LeasingBackend(Backend):
             spec = specs[0]
             state = self._keys.get(spec.key)
             if state is not None:
-                served = self._local(state, spec, cost, True)
-                if served is not None:
-                    return served
+                local = self._local(state, spec, cost, True)
+                if local is not None:
+                    return _outcome(local)
             elif self._goes_direct(spec, cost):
                 return await self.inner.aevaluate(specs, cost)
         if not self._leasable(specs, cost):
