@@ -99,6 +99,8 @@ def max_wait_us(max_wait: float) -> int:
 
 def _finish(p: Plan, outcome: Outcome | Served | object | None, request: HttpRequest | None,
             fallback: bool = False) -> Decision:
+    """The plan's ``Decision`` from what decided it (a store's ``Outcome``, a lease's
+    ``Served`` numbers, or the failure policy's answer), offered to the observers and sent."""
     one = True  # one rate limit: the hot path, its Decision built here (no frame more)
     if type(outcome) is tuple:  # served from a lease (LeasingBackend.serve): one limit, admitted now
         least, rested, _ = outcome
