@@ -17,7 +17,8 @@ from django.http import HttpRequest
 from . import leases
 from .algorithm import ALLOWED
 from .backends import BackendError, Outcome
-from .backends.lease_backend import LeasingBackend, Served
+from .backends.key_lease import Served
+from .backends.lease_backend import LeasingBackend
 from .decision import Decision, LimitState
 from .fallback import UNAVAILABLE, on_failure
 from .plan import Plan, get_policy, plan
@@ -108,13 +109,12 @@ def _finish(p: Plan, outcome: Outcome | Served | object | None, request: HttpReq
         retry_after, waited, slots = None, 0, None
     elif type(outcome) is Outcome:
         # Every field at once: unpacking reads a named tuple in a third of the time of its fields one by one.
-        enforced, would, retry_after, binding, _, remaining, reset_after, _, waited, slots = outcome
+        enforced, would, retry_after, _, _, remaining, reset_after, _, waited, slots = outcome
         if len(remaining) == 1 and not p.slots:
             least, rested = remaining[0], reset_after[0]
         else:
             one = False
-            decision = _composite(p, enforced, would, retry_after, binding, remaining, reset_after, waited, slots,
-                                  fallback)
+            decision = _composite(p, outcome, fallback)
     else:
         one = False
         decision = _to_decision(p, outcome, fallback)
@@ -160,11 +160,10 @@ def _to_decision(p: Plan, outcome: object | None, fallback: bool) -> Decision:
                     fallback=fallback, descriptors=descriptors)
 
 
-def _composite(p: Plan, enforced: int, would: int, retry_after: int | None, binding: int | None,
-               remaining: tuple[int, ...], reset_after: tuple[int, ...], waited: int, slots: Any,
-               fallback: bool) -> Decision:
+def _composite(p: Plan, outcome: Outcome, fallback: bool) -> Decision:
     """The decision of several limits (or concurrency limits): the binding one speaks for them."""
     name = p.policy.name
+    enforced, would, retry_after, binding, _, remaining, reset_after, _, waited, slots = outcome
     states = []
     for i, pl in enumerate(p.limits):
         limit = pl.limit

@@ -715,7 +715,7 @@ def test_a_forked_worker_starts_without_its_parents_leases(fake_redis, gcra_sett
 def test_a_decision_served_from_the_lease_is_the_one_its_outcome_would_give(fake_redis, gcra_settings, monkeypatch):
     from django_gcra import limiter
     from django_gcra.backends import lease_backend
-    from django_gcra.backends.lease_backend import _outcome
+    from django_gcra.backends.key_lease import admitted
     from django_gcra.plan import plan
 
     gcra_settings(POLICIES={"search": lease_policy(rate="1/s")})  # slow to refill: exact remaining
@@ -723,7 +723,7 @@ def test_a_decision_served_from_the_lease_is_the_one_its_outcome_would_give(fake
         decide("search", {"ip": "s"})  # the cold decisions, then a lease of 10: 9 held, the store at 100 - 12
     before = lease_stats()["search"]
     with monkeypatch.context() as patched:
-        patched.setattr(lease_backend, "_outcome", None)  # (evaluate's local path would call it)
+        patched.setattr(lease_backend, "admitted", None)  # (evaluate's local path would call it)
         served = decide("search", {"ip": "s"})  # decide's local path: LeasingBackend.serve, no Outcome
     after = lease_stats()["search"]
     assert (after.local, after.store_calls) == (before.local + 1, before.store_calls)
@@ -733,7 +733,7 @@ def test_a_decision_served_from_the_lease_is_the_one_its_outcome_would_give(fake
     p = plan("search", {"ip": "s"})
     numbers = backend_for(get_policy("search")).serve(p.specs, 1)
     assert numbers is not None and numbers[0] == 100 - 12 + 7
-    assert limiter._finish(p, numbers, None) == limiter._finish(p, _outcome(numbers), None)
+    assert limiter._finish(p, numbers, None) == limiter._finish(p, admitted(numbers), None)
 
 
 def test_a_changed_rate_or_burst_forgets_the_remembered_denial(store, clock):

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from ..algorithm import ALLOWED
 from .base import LimitSpec, Outcome
 
-__all__ = ["Ahead", "Held", "KeyLease", "LeaseStats"]
+__all__ = ["Ahead", "Held", "KeyLease", "LeaseStats", "Served", "admitted"]
 
 Held = tuple[int, float, int, float]  # the units of ``take_all``: (first, its expiry, second, its expiry)
+# A decision served from a lease: (remaining, us until the key is rested, the store clock in us).
+Served = tuple[int, int, int]
 NOTHING: Held = (0, 0.0, 0, 0.0)
 _new = tuple.__new__
 
@@ -158,11 +160,17 @@ class KeyLease:
         if remaining < 0:
             remaining = 0
         store_now = self.store_now + aged
-        if status == ALLOWED:  # tuple.__new__ with every field: the named tuple's __new__ is one more frame
-            return _new(Outcome, (ALLOWED, ALLOWED, 0, None, store_now, (remaining + self.held,), (rested_in,), None,
-                                  0, None))
+        if status == ALLOWED:
+            return admitted((remaining + self.held, rested_in, store_now))
         retry = max(1, round((self.denied_until - now) * 1e6))
         return Outcome(status, status, retry, 0, store_now, (remaining + self.held,), (rested_in,))
+
+
+def admitted(served: Served) -> Outcome:
+    """The ``Outcome`` of an admission served from a lease (``KeyLease.outcome``, ``LeasingBackend.serve``)."""
+    remaining, rested_in, store_now = served
+    # tuple.__new__ with every field: the named tuple's __new__ is one more frame
+    return _new(Outcome, (ALLOWED, ALLOWED, 0, None, store_now, (remaining,), (rested_in,), None, 0, None))
 
 
 def counted(counter: itertools.count[int]) -> int:

@@ -52,15 +52,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..algorithm import ALLOWED, DENIED
+from ..algorithm import DENIED
 from . import prefetchers
 from .base import Backend, BackendError, LimitSpec, Outcome
-from .key_lease import Ahead, Held, KeyLease, LeaseStats, counted, held_units
+from .key_lease import Ahead, Held, KeyLease, LeaseStats, Served, admitted, counted, held_units
 
 if TYPE_CHECKING:
     from ..plan import Plan
 
-__all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend", "Served"]
+__all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend"]
 
 logger = logging.getLogger("django_gcra")
 REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same key before its own call
@@ -69,16 +69,7 @@ REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same ke
 # is taken to strand. 3: a key must come back twice within ttl to earn a lease.
 HOT_AFTER = 3
 _windows = itertools.count(1)  # heat windows, numbered across wrappers (a plan outlives a reset wrapper)
-_new = tuple.__new__
-# A decision served from a lease: (remaining, us until the key is rested, the store clock in us).
-Served = tuple[int, int, int]
 EVICT_FRACTION = 8  # past max_keys, the oldest 1/8 of the leases go at once (no sweep per new key)
-
-
-def _outcome(served: Served) -> Outcome:
-    """The ``Outcome`` of a decision served from a lease (``LeasingBackend.serve``)."""
-    remaining, rested_in, store_now = served
-    return _new(Outcome, (ALLOWED, ALLOWED, 0, None, store_now, (remaining,), (rested_in,), None, 0, None))
 
 
 def _may_wait(outcome: Outcome, max_wait: int) -> bool:
@@ -145,7 +136,7 @@ class LeasingBackend(Backend):
                 state.first, state.expires = state.second - (cost - state.first), state.second_expires
                 state.second = 0
             state.local += 1
-            # KeyLease.outcome(now), inline: the store's remaining aged by our clock, plus what we hold
+            # KeyLease.outcome(now)'s numbers, inline: the store's remaining aged by our clock, plus what we hold
             aged = round((now - state.seen_at) * 1e6)
             rested_in = state.rest - aged
             if rested_in < 0:
@@ -187,7 +178,7 @@ class LeasingBackend(Backend):
             if state is not None:
                 local = self._local(state, spec, cost, False)
                 if local is not None:
-                    return _outcome(local)
+                    return admitted(local)
             elif self._goes_direct(spec, cost):
                 return self.inner.evaluate(specs, cost)
         if not self._leasable(specs, cost):
@@ -221,7 +212,7 @@ class LeasingBackend(Backend):
             if state is not None:
                 local = self._local(state, spec, cost, True)
                 if local is not None:
-                    return _outcome(local)
+                    return admitted(local)
             elif self._goes_direct(spec, cost):
                 return await self.inner.aevaluate(specs, cost)
         if not self._leasable(specs, cost):
