@@ -14,7 +14,8 @@ from typing import Any
 
 from . import conf, overrides, regions
 from .algorithm import ALGORITHMS, CONCURRENCY, GCRA, SLIDING_LOG, SLIDING_WINDOW
-from .backends import LimitSpec
+from .backends import LimitSpec, lease_backend
+from .backends.lease_backend import forget
 from .conf import get_settings, on_change
 from .keys import build_key, escape
 from .policy import Concurrency, Limit, Policy
@@ -68,8 +69,8 @@ class Plan:
     named tuple: a memoized plan is read a dozen times per decision, and reading a slot
     costs a third of reading a named tuple's field."""
 
-    __slots__ = ("backend", "backend_generation", "cost", "counted", "descriptors", "heat", "heat_window", "limits",
-                 "policy", "slots", "specs")
+    __slots__ = ("backend", "backend_generation", "cost", "counted", "descriptors", "heat", "limits", "policy",
+                 "slots", "specs")
 
     def __init__(self, policy: Policy, cost: int, limits: tuple[PlannedLimit, ...], specs: tuple[LimitSpec, ...],
                  descriptors: Mapping[str, str], counted: tuple[int, ...] = (),
@@ -82,11 +83,10 @@ class Plan:
         # two slots, not a tuple: no object kept per plan for the garbage collector to scan).
         self.backend: Any = None
         self.backend_generation = -1
-        # A leased policy's cold key counts its store decisions here, once the plan is
-        # memoized (PlanMemo.put sets 0; -1: counted by the lease wrapper), and the
-        # wrapper's heat window they were counted in (LeasingBackend.still_cold).
+        # A leased policy's cold key counts its store decisions here, with the lease
+        # wrapper's heat window, once the plan is memoized (PlanMemo.put sets 0; -1: counted
+        # by the wrapper); > 0: the plan holds the count of its first one (LeasingBackend.still_cold).
         self.heat = -1
-        self.heat_window = 0
 
     def __repr__(self) -> str:
         return f"Plan(policy={self.policy.name!r}, cost={self.cost}, specs={self.specs!r})"
@@ -109,18 +109,28 @@ class PlanMemo:
         found = self.plans.get(key)
         return found if found is not None and found.policy is pol else None
 
-    def put(self, key: tuple[Any, ...], p: Plan) -> None:
+    def put(self, key: tuple[Any, ...], p: Plan) -> Plan:
+        """Memoize ``p`` under ``key``; returns the plan memoized there (another thread's for
+        the same policy, if it came first), or ``p`` itself when the memo is full."""
         if len(self.plans) >= self.size:
             now = self.clock()
             if now < self.next_refill:
-                return
-            self.plans.clear()
+                return p
+            self.clear()
             self.next_refill = now + self.refill_after
-        self.plans[key] = p
         p.heat = 0  # a memoized plan counts its own heat (LeasingBackend.still_cold)
+        while (kept := self.plans.setdefault(key, p)) is not p and kept.policy is not p.policy:
+            gone = self.plans.pop(key, None)  # another Policy object's plan (a policy built per call)
+            if gone is not None:
+                forget((gone,))
+        return kept
 
     def clear(self) -> None:
-        self.plans.clear()
+        dropped, self.plans = self.plans, {}  # (no put reaches the dropped dict after this)
+        forget(dropped.values())
+
+    def snapshot(self) -> list[Plan]:
+        return list(self.plans.values())
 
 
 # A sliding limit's key names its algorithm ("~" is never in a limit name), so a limit whose
@@ -129,6 +139,7 @@ _new = tuple.__new__
 KEY_SUFFIX = {SLIDING_LOG: "~log", SLIDING_WINDOW: "~win", CONCURRENCY: "~conc"}
 
 _plans = PlanMemo()
+lease_backend.memoized = _plans.snapshot  # where the leases count their plans' first decisions
 on_change(_plans.clear)
 regions.state.listeners.append(_plans.clear)  # new shares: new specs
 
@@ -172,7 +183,7 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
             found = _resolve(pol, cost, _values(pol, memo_key), tier, index)
         else:  # (_resolve's own first test, without overrides: known here)
             found = _resolve_plain(pol, cost, _values(pol, memo_key), tier)
-        _plans.put(key, found)
+        found = _plans.put(key, found)
     return found
 
 

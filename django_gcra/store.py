@@ -158,34 +158,42 @@ def backend_for(policy: Policy) -> Backend:
     """The backend that decides ``policy``: the store of its ``cache_alias`` (default
     ``CACHE_ALIAS``), behind local leases when the policy has a ``lease``."""
     found = _for_policy.get(id(policy))
-    if found is not None and found[0] is policy and found[1] == leases.generation:
-        return found[2]
+    if found is None or found[0] is not policy or found[1] != leases.generation:
+        found = _built_for(policy)
+    return found[2]
+
+
+def _built_for(policy: Policy) -> tuple[Policy, int, Backend]:
     built_in = leases.generation
     backend = leases.leasing_backend(store_backend(policy.cache_alias), policy)
     if len(_for_policy) > 1000:  # policies built per call (code, not settings): stay bounded
         _for_policy.clear()
-    _for_policy[id(policy)] = (policy, built_in, backend)
-    return backend
+    found = _for_policy[id(policy)] = (policy, built_in, backend)
+    return found
 
 
 def backend_for_plan(p: Plan) -> Backend:
     """``backend_for(p.policy)``, kept on the plan for the next decision of a memoized plan
     (``p.backend``, read in ``limiter``: valid while ``leases.generation`` is
-    ``p.backend_generation``). A leased policy's memoized plan whose key is still cold
-    is decided on the store itself, and is not kept (``LeasingBackend.still_cold``)."""
-    built_in = leases.generation
-    backend = backend_for(p.policy)
+    ``p.backend_generation``, the one the backend was built in). A leased policy's memoized
+    plan whose key is still cold is decided on the store itself, and is not kept
+    (``LeasingBackend.still_cold``)."""
+    policy = p.policy
+    found = _for_policy.get(id(policy))  # backend_for, inline
+    if found is None or found[0] is not policy or found[1] != leases.generation:
+        found = _built_for(policy)
+    backend = found[2]
     if type(backend) is LeasingBackend:  # a cold key: one store call, and the plan's next decision asks again
-        if p.heat == 0 and backend.hot_after > 1:
-            # A memoized plan's first decision is cold, whatever it asks: LeasingBackend.still_cold's
-            # count, inline (the call would double what a cold decision pays for its lease).
-            p.heat, p.heat_window = 1, backend.window
-            next(backend.cold)
+        if not p.heat and (first := backend.first_heat):
+            # A memoized plan's first decision is cold, whatever it asks: LeasingBackend.still_cold,
+            # inline, and counted by the plan's heat alone (tested and set with no call between:
+            # atomic against lease_backend.forget). It costs what an unleased decision does.
+            p.heat, p.backend = first, backend
             return backend.inner
         if backend.still_cold(p):
             return backend.inner
     p.backend = backend
-    p.backend_generation = built_in
+    p.backend_generation = found[1]
     return backend
 
 

@@ -482,6 +482,76 @@ def test_cold_keys_of_memoized_plans_are_counted_on_the_plans(gcra_settings):
     assert wrapper.held_keys() == 1 and lease_stats()["leased"].held_units == 9
 
 
+def test_first_decisions_counted_on_plans_are_handed_over_when_the_memo_empties(gcra_settings, monkeypatch):
+    from django_gcra import limiter
+    from django_gcra.plan import _plans, plan
+
+    gcra_settings(POLICIES={"leased": lease_policy()})
+    for i in range(20):
+        decide("leased", {"ip": f"c{i}"})  # each key's first decision, counted on its memoized plan alone
+    held = plan("leased", {"ip": "late"})  # memoized and not yet decided: as a thread may hold it
+    assert lease_stats()["leased"].decisions == 20
+    _plans.clear()  # a refill or a reload: the plans' counts go to the wrapper
+    assert lease_stats()["leased"].decisions == 20 and held.heat == -1
+    monkeypatch.setattr(limiter, "plan", lambda *args: held)  # the held plan decided after all
+    decide("leased", {"ip": "late"})
+    monkeypatch.undo()
+    decide("leased", {"ip": "c0"})  # a new memoized plan: its first decision, on the plan again
+    stats = lease_stats()["leased"]
+    assert (stats.decisions, stats.store_calls) == (22, 22)
+
+
+def test_a_plan_replaced_in_the_memo_hands_its_first_decision_over(gcra_settings):
+    from dataclasses import replace
+
+    gcra_settings(POLICIES={"leased": lease_policy()})
+    decide("leased", {"ip": "x"})
+    decide(replace(get_policy("leased")), {"ip": "x"})  # an equal Policy object: same wrapper, a new plan
+    assert lease_stats()["leased"].decisions == 2
+
+
+def test_a_plan_forgotten_during_its_cold_decision_is_still_counted(gcra_settings, store, clock):
+    from django_gcra.backends.lease_backend import forget
+    from django_gcra.plan import plan
+
+    gcra_settings(POLICIES={"leased": lease_policy()})
+    p = plan("leased", {"ip": "f"})  # memoized, never decided
+    backend = LeasingBackend(store, 10, 1.0, clock=lambda: clock.t)
+    leasable = backend._leasable
+    backend._leasable = lambda specs, cost: (forget([p]), leasable(specs, cost))[1]  # the memo empties meanwhile
+    assert backend.still_cold(p) and p.heat == -1
+    assert backend.stats().decisions == 1
+
+
+def test_threads_deciding_while_the_memo_empties_lose_no_count(gcra_settings):
+    from django_gcra.plan import _plans
+
+    gcra_settings(POLICIES={"leased": lease_policy(rate="1000000/s", burst=100_000)})
+    done = threading.Event()
+
+    def work(n: int) -> None:
+        for i in range(300):
+            decide("leased", {"ip": f"k{(i * 7 + n) % 60}"})  # keys cold, warming and hot
+
+    def empty() -> None:
+        for _ in range(5000):  # bounded
+            if done.wait(0.0005):
+                return
+            _plans.clear()
+
+    emptier = threading.Thread(target=empty)
+    emptier.start()
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    done.set()
+    emptier.join()
+    stats = lease_stats()["leased"]
+    assert stats.decisions == 1200  # every decision counted once: on its plan, or by the wrapper
+
+
 def test_counts_on_a_plan_from_a_window_that_has_ended_never_make_it_hot(gcra_settings, store, clock):
     from django_gcra.plan import plan
 
@@ -527,7 +597,8 @@ def test_a_memoized_plan_keeps_its_backend_only_while_the_leases_stand(gcra_sett
     gcra_settings(POLICIES={"leased": lease_policy()})
     decide("leased", {"ip": "1"})
     p = plan("leased", {"ip": "1"})  # the memoized plan the decision used
-    assert (p.backend, p.heat) == (None, 1)  # a cold key: decided on the store, its backend not kept
+    assert p.backend_generation == -1 and p.heat > 0  # a cold key: decided on the store, its backend not kept
+    assert lease_stats()["leased"].decisions == 1  # counted on the plan alone
     for _ in range(HOT_AFTER - 1):
         decide("leased", {"ip": "1"})
     first = backend_for(p.policy)

@@ -15,7 +15,9 @@ each, and the key is leased at its ``HOT_AFTER``-th store decision within one wi
 the decision's memoized plan (``still_cold``, read by ``store.backend_for_plan``, which
 then sends a cold decision to ``inner`` itself: it costs what an unleased one does), or,
 for a plan that is not memoized, in a dict here (``_goes_direct``). A lease that expires
-unused makes the key cold again.
+unused makes the key cold again. A memoized plan's first cold decision is counted on the
+plan alone (its ``heat``, read by ``stats``; ``forget`` hands it over when the plan leaves
+the memo): the cold first visit makes no count of its own.
 
 ``Decision.remaining`` from a leased key is the store's remaining as of this process's
 last call for the key, aged by this process's clock, plus the units this process still
@@ -48,7 +50,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +62,7 @@ from .key_lease import Ahead, Held, KeyLease, LeaseStats, Served, admitted, coun
 if TYPE_CHECKING:
     from ..plan import Plan
 
-__all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend"]
+__all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend", "forget"]
 
 logger = logging.getLogger("django_gcra")
 REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same key before its own call
@@ -69,7 +71,25 @@ REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same ke
 # is taken to strand. 3: a key must come back twice within ttl to earn a lease.
 HOT_AFTER = 3
 _windows = itertools.count(1)  # heat windows, numbered across wrappers (a plan outlives a reset wrapper)
+# A plan's heat in window w is w * WINDOW_SPAN + its cold decisions in it (one int, one store).
+WINDOW_SPAN = 1 << 32
 EVICT_FRACTION = 8  # past max_keys, the oldest 1/8 of the leases go at once (no sweep per new key)
+
+
+# The memoized plans (``plan`` sets this to its memo's ``snapshot``): a plan there with a heat
+# > 0 holds the one count of its first cold decision on ``p.backend`` (``stats``).
+memoized: Callable[[], Iterable[Plan]] = tuple
+
+
+def forget(plans: Iterable[Plan]) -> None:
+    """Plans leaving the memo: each first cold decision counted on one of them is counted by
+    its wrapper now, and the plan counts no more heat (``heat`` -1: a decision still made
+    on it is counted by the wrapper). Each plan's swap is atomic under the GIL, as is the
+    first visit's (``store.backend_for_plan``): a decision is counted on one side of it."""
+    for p in plans:
+        heat, p.heat = p.heat, -1
+        if heat > 0:
+            p.backend.count_direct()
 
 
 def _may_wait(outcome: Outcome, max_wait: int) -> bool:
@@ -90,19 +110,20 @@ class LeasingBackend(Backend):
                  prefetch: Callable[[Callable[[], None]], object] | None = None, hot_after: int = HOT_AFTER) -> None:
         self.inner, self.max_keys, self.clock = inner, max_keys, clock
         self.size, self.ttl, self.low_water = size, ttl, low_water  # units per lease, seconds, prefetch mark
-        self.hot_after = max(1, hot_after)
+        self._hot_after = min(max(1, hot_after), WINDOW_SPAN - 1)
         self.prefetch = prefetch or prefetchers.submit
         self._stats = LeaseStats()  # everything but the local decisions of the keys in _keys
         self._stats_lock = threading.Lock()
-        # The direct decisions of keys without a lease (one store call each): the common
-        # case of a cold key, counted by ``next`` (one C call, atomic under the GIL) and
-        # read with ``counted``, not under ``_stats_lock``; also by store.backend_for_plan.
+        # The direct decisions of keys without a lease (one store call each) but for the
+        # memoized plans' first ones (counted on the plans: stats): a cold key's, counted by
+        # ``next`` (one C call, atomic under the GIL) and read with ``counted``, not under
+        # ``_stats_lock``.
         self.cold = itertools.count()
         self._keys: dict[str, KeyLease] = {}  # read without a lock (one dict lookup); written under _keys_lock
         self._keys_lock = threading.Lock()
         self._heat: dict[str, int] = {}  # cold key -> its store decisions in this window
         self._heat_until = 0.0  # when the window ends (monotonic seconds; see _goes_direct)
-        self.window, self._window_until = next(_windows), clock() + ttl  # the memoized plans' (still_cold)
+        self._new_window(clock())  # the memoized plans' (still_cold)
         self._next_sweep = 0.0
 
     def serve(self, specs: Sequence[LimitSpec], cost: int, in_loop: bool = False) -> Served | None:
@@ -248,7 +269,7 @@ class LeasingBackend(Backend):
         if spec.enforce and 0 < cost <= spec.burst:
             key, heat = spec.key, self._heat
             count = heat.get(key, 0) + 1
-            if count >= self.hot_after:
+            if count >= self._hot_after:
                 if count == 1 or self.clock() < self._heat_until:  # hot (with hot_after 1: every key)
                     heat.pop(key, None)
                     return False
@@ -263,28 +284,62 @@ class LeasingBackend(Backend):
 
     def still_cold(self, p: Plan) -> bool:
         """``_goes_direct`` for a memoized plan, its heat counted on the plan (no dict, no
-        hashing of its key): True (the decision counted as a store call) while the plan's
-        key is cold, and ``store.backend_for_plan`` then decides it on ``inner`` itself.
-        False when the plan is not memoized (``heat`` -1: counted by ``evaluate``), is not
-        leasable (``evaluate`` sends it to the store), or is hot now: its key's lease is made,
-        which ``evaluate`` fills.
+        hashing of its key): True (the decision counted) while the plan's key is cold, and
+        ``store.backend_for_plan`` then decides it on ``inner`` itself. False when the plan
+        is not memoized (``heat`` -1: counted by ``evaluate``), is not leasable
+        (``evaluate`` sends it to the store), or is hot now: its key's lease is made, which
+        ``evaluate`` fills.
 
-        Windows follow one another from this wrapper's start: the clock is read only when
-        a plan reaches ``hot_after``, and a window that has ended by then starts a new one
-        (its counts, on every plan, are void: that plan counts anew)."""
-        specs, heat = p.specs, p.heat
+        The plan's first cold decision on this wrapper is counted by its heat (``stats``),
+        the later ones here; a heat left by another wrapper (before a reset) is handed back
+        to it. Windows follow one another from this wrapper's start: the clock is read only
+        when a plan reaches ``hot_after``, and a window that has ended by then starts a new
+        one (its counts, on every plan, are void: that plan counts anew)."""
+        heat = p.heat
+        if heat > 0 and p.backend is not self:  # another wrapper's count (a reset): its first decision is its own
+            p.heat, heat = 0, 0
+            p.backend.count_direct()
+        specs = p.specs
         if heat < 0 or len(specs) != 1 or not self._leasable(specs, p.cost):
             return False
-        heat = heat + 1 if p.heat_window == self.window else 1
-        if heat >= self.hot_after:
+        floor = self._floor
+        count = heat - floor + 1 if heat > floor else 1  # a heat below floor: a window that has ended
+        if count >= self._hot_after:
             now = self.clock()
-            if heat == 1 or now < self._window_until:  # hot (with hot_after 1: every plan)
+            if count == 1 or now < self._window_until:  # hot (with hot_after 1: every plan)
                 self._state(specs[0])
                 return False
-            self.window, self._window_until, heat = next(_windows), now + self.ttl, 1
-        p.heat, p.heat_window = heat, self.window
-        next(self.cold)
+            self._new_window(now)
+            count = 1
+        heat_now = self._floor + count
+        if heat:
+            next(self.cold)
+        if p.heat >= 0:  # still memoized (tested and set with no call between: atomic against forget)
+            p.heat, p.backend = heat_now, self
+        elif not heat:  # forgotten meanwhile: the plan no longer holds this first decision's count
+            next(self.cold)
         return True
+
+    @property
+    def hot_after(self) -> int:
+        """A key's store decision within one window of ``ttl`` at which it is leased (1: at once)."""
+        return self._hot_after
+
+    @hot_after.setter
+    def hot_after(self, n: int) -> None:
+        self._hot_after = min(max(1, n), WINDOW_SPAN - 1)
+        self._new_window(self.clock())
+
+    def _new_window(self, now: float) -> None:
+        floor = next(_windows) * WINDOW_SPAN
+        # first_heat: a memoized plan's heat after its first cold decision (store.backend_for_plan
+        # sets it); 0 when every key is hot at once.
+        first = floor + 1 if self._hot_after > 1 else 0
+        self._floor, self.first_heat, self._window_until = floor, first, now + self.ttl
+
+    def count_direct(self, decisions: int = 1) -> None:
+        """Count ``decisions`` direct decisions (one store call each) counted on plans until now (``forget``)."""
+        self._count(decisions, calls=decisions)
 
     def _state(self, spec: LimitSpec) -> KeyLease:
         """The key's lease, made if the key has none yet."""
@@ -451,11 +506,12 @@ class LeasingBackend(Backend):
             s.stranded_units += stranded
 
     def stats(self) -> LeaseStats:
+        on_plans = sum(1 for p in memoized() if p.heat > 0 and p.backend is self)  # their first decisions
         with self._keys_lock:
             held = sum(s.held for s in self._keys.values())
             local = sum(s.local for s in self._keys.values())
             with self._stats_lock:
-                s, direct = self._stats, counted(self.cold)
+                s, direct = self._stats, counted(self.cold) + on_plans
                 return replace(s, held_units=held, local=s.local + local, decisions=s.decisions + local + direct,
                                store_calls=s.store_calls + direct)
 
