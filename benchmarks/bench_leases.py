@@ -3,7 +3,7 @@ against unleased and against the bare script (the seed's, one EVALSHA per decisi
 through redis-py), measured in the same run on a loopback redis-server this script
 starts; and a leased policy on 10,000 cold keys against the unleased one.
 
-    .venv/bin/python benchmarks/bench_leases.py [--seconds 1.5] [--max-decisions 50000]
+    .venv/bin/python benchmarks/bench_leases.py [--seconds 1.5] [--max-decisions 50000] [--cold-only] [--full-memo]
 
 Store commands are the EVALSHA calls counted by the server (INFO commandstats deltas);
 that count is server-side, so it includes any NOSCRIPT retry (the script is loaded
@@ -107,14 +107,24 @@ def cold_rounds(client, args) -> None:
               f"  store calls - decisions: {leased[path]}")
 
 
-def cold_interleaved(client, args) -> None:
+def cold_interleaved(client, args, memo_full: bool = False) -> None:
     """The cold keys again, the paths alternating decision by decision (each timed on its
     own, their order rotating from one decision to the next), so a change in the
     machine's load hits every path alike: per round, the ratio of the summed times (the
     same-run throughput ratio) and of the median decision times (which a stall of the
-    machine in one decision does not move)."""
+    machine in one decision does not move). ``memo_full``: with the plan memo full (more
+    live plans than it holds), so no plan is memoized and a leased key's heat is counted
+    in its wrapper's dict."""
     from django_gcra import decide
     from django_gcra.plan import _plans
+
+    if memo_full:
+        size, _plans.size = _plans.size, 0
+        try:
+            cold_interleaved(client, args)
+        finally:
+            _plans.size = size
+        return
 
     clock = time.perf_counter_ns
     paths = {"plain": "under-plain", "L=10": "under-L10", "L=50": "under-L50"}
@@ -135,7 +145,8 @@ def cold_interleaved(client, args) -> None:
         for path in paths:
             ratios[path].append(sum(spent["plain"]) / sum(spent[path]))
             medians[path].append(statistics.median(spent["plain"]) / statistics.median(spent[path]))
-    print(f"\n{COLD_KEYS:,} cold keys, the paths alternating decision by decision ({per} decisions per path and "
+    full = " with the plan memo full" if _plans.size == 0 else ""
+    print(f"\n{COLD_KEYS:,} cold keys{full}, the paths alternating decision by decision ({per} decisions per path and "
           f"round, {args.rounds} rounds): leased/plain, median [min-max] of the rounds, of the summed times "
           "(decisions/s) and of the median decision times")
     for path in paths:
@@ -188,6 +199,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds over every path (medians are shown)")
     parser.add_argument("--max-decisions", type=int, default=200_000)
     parser.add_argument("--cold-only", action="store_true", help="only the cold-key scenario")
+    parser.add_argument("--full-memo", action="store_true",
+                        help="the cold keys alternating also with the plan memo full (no plan memoized)")
     parser.add_argument("--interleaved-only", action="store_true",
                         help="only the interleaved runs (hot key against the bare script, cold keys against plain)")
     args = parser.parse_args()
@@ -234,14 +247,15 @@ def main() -> None:
         if not (args.cold_only or args.interleaved_only):
             print(f"bare script: {statistics.median(bare):,.0f} decisions/s (median) [{min(bare):,.0f}-{max(bare):,.0f}]; "
                   "targets (under, +pre): L=50 >= 20x bare, L=10 >= 6x bare")
-        if args.interleaved_only:
-            hot_interleaved(client, args)
-            cold_interleaved(client, args)
-            return
         if not args.cold_only:
             hot_interleaved(client, args)
-        cold_rounds(client, args)
+        if not args.interleaved_only:
+            cold_rounds(client, args)
         cold_interleaved(client, args)
+        if args.full_memo:
+            cold_interleaved(client, args, memo_full=True)
+        if args.interleaved_only:
+            return
         from django_gcra.leases import lease_stats
 
         print("\nlease counters (this process):")

@@ -286,9 +286,10 @@ class LeasingBackend(Backend):
         """``_goes_direct`` for a memoized plan, its heat counted on the plan (no dict, no
         hashing of its key): True (the decision counted) while the plan's key is cold, and
         ``store.backend_for_plan`` then decides it on ``inner`` itself. False when the plan
-        is not memoized (``heat`` -1: counted by ``evaluate``), is not leasable
-        (``evaluate`` sends it to the store), or is hot now: its key's lease is made, which
-        ``evaluate`` fills.
+        is not leasable (``evaluate`` sends it to the store), its key holds a lease, or it
+        is hot now: its key's lease is made, which ``evaluate`` fills. A plan that is not
+        memoized (``heat`` -1: the memo full, or overrides) is counted in ``_heat``, as
+        ``evaluate`` counts it, without the calls of ``serve`` and ``evaluate`` first.
 
         The plan's first cold decision on this wrapper is counted by its heat (``stats``),
         the later ones here; a heat left by another wrapper (before a reset) is handed back
@@ -300,7 +301,14 @@ class LeasingBackend(Backend):
             p.heat, heat = 0, 0
             p.backend.count_direct()
         specs = p.specs
-        if heat < 0 or len(specs) != 1 or not self._leasable(specs, p.cost):
+        if heat < 0:
+            if len(specs) != 1 or (spec := specs[0]).key in self._keys:  # several limits, or a leased key
+                return False
+            if self._goes_direct(spec, p.cost):
+                return True
+            self._state(spec)  # hot now: its lease made, which evaluate fills
+            return False
+        if len(specs) != 1 or not self._leasable(specs, p.cost):
             return False
         floor = self._floor
         count = heat - floor + 1 if heat > floor else 1  # a heat below floor: a window that has ended
