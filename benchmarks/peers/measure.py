@@ -60,12 +60,15 @@ def one_round(contender: Contender, workload: Workload, ops: int, offset: int, t
 
 def rounds(cases: dict[tuple[str, str], tuple[Contender, Workload]], ops: int, n_rounds: int
            ) -> dict[tuple[str, str], Timing]:
-    """Run every case ``ops`` times per round, alternating cases within each round."""
+    """Run every case ``ops`` times per round, alternating cases within each round (their
+    order rotating from round to round)."""
     for contender, workload in cases.values():
         contender.decide(*workload(0))  # connect, load scripts
     timings = {case: Timing() for case in cases}
-    for n in range(n_rounds):  # short alternating rounds, so noise hits every contender alike
-        for case, (contender, workload) in cases.items():
+    order = list(cases.items())
+    for n in range(n_rounds):  # short alternating rounds, so noise hits every contender alike,
+        k = n % len(order)  # in an order rotating from round to round (no case always after the same one)
+        for case, (contender, workload) in order[k:] + order[:k]:
             one_round(contender, workload, ops, n * ops, timings[case])
     return timings
 
