@@ -15,7 +15,6 @@ from typing import Any
 from . import conf, overrides, regions
 from .algorithm import ALGORITHMS, CONCURRENCY, GCRA, SLIDING_LOG, SLIDING_WINDOW
 from .backends import LimitSpec, lease_backend
-from .backends.lease_backend import forget
 from .conf import get_settings, on_change
 from .keys import build_key, escape
 from .policy import Concurrency, Limit, Policy
@@ -122,12 +121,12 @@ class PlanMemo:
         while (kept := self.plans.setdefault(key, p)) is not p and kept.policy is not p.policy:
             gone = self.plans.pop(key, None)  # another Policy object's plan (a policy built per call)
             if gone is not None:
-                forget((gone,))
+                lease_backend.forget((gone,))
         return kept
 
     def clear(self) -> None:
         dropped, self.plans = self.plans, {}  # (no put reaches the dropped dict after this)
-        forget(dropped.values())
+        lease_backend.forget(dropped.values())
 
     def snapshot(self) -> list[Plan]:
         return list(self.plans.values())
