@@ -110,7 +110,7 @@ class LeasingBackend(Backend):
                  prefetch: Callable[[Callable[[], None]], object] | None = None, hot_after: int = HOT_AFTER) -> None:
         self.inner, self.max_keys, self.clock = inner, max_keys, clock
         self.size, self.ttl, self.low_water = size, ttl, low_water  # units per lease, seconds, prefetch mark
-        self._hot_after = min(max(1, hot_after), WINDOW_SPAN - 1)
+        self.hot_after = hot_after  # (and the memoized plans' first heat window: still_cold)
         self.prefetch = prefetch or prefetchers.submit
         self._stats = LeaseStats()  # everything but the local decisions of the keys in _keys
         self._stats_lock = threading.Lock()
@@ -123,7 +123,6 @@ class LeasingBackend(Backend):
         self._keys_lock = threading.Lock()
         self._heat: dict[str, int] = {}  # cold key -> its store decisions in this window
         self._heat_until = 0.0  # when the window ends (monotonic seconds; see _goes_direct)
-        self._new_window(clock())  # the memoized plans' (still_cold)
         self._next_sweep = 0.0
 
     def serve(self, specs: Sequence[LimitSpec], cost: int, in_loop: bool = False) -> Served | None:
@@ -319,13 +318,11 @@ class LeasingBackend(Backend):
                 return False
             self._new_window(now)
             count = 1
-        heat_now = self._floor + count
-        if heat:
-            next(self.cold)
         if p.heat >= 0:  # still memoized (tested and set with no call between: atomic against forget)
-            p.heat, p.backend = heat_now, self
-        elif not heat:  # forgotten meanwhile: the plan no longer holds this first decision's count
-            next(self.cold)
+            p.heat, p.backend = self._floor + count, self
+            if not heat:
+                return True  # the plan's first decision here: counted by its heat (stats)
+        next(self.cold)
         return True
 
     @property
@@ -336,7 +333,7 @@ class LeasingBackend(Backend):
     @hot_after.setter
     def hot_after(self, n: int) -> None:
         self._hot_after = min(max(1, n), WINDOW_SPAN - 1)
-        self._new_window(self.clock())
+        self._new_window(self.clock())  # plans' heats from before count anew
 
     def _new_window(self, now: float) -> None:
         floor = next(_windows) * WINDOW_SPAN
