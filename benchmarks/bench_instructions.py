@@ -19,6 +19,8 @@ their dicts alike. Paths:
 - ``plain``: the same hot key without a lease: one script call per decision;
 - ``plain-cold`` and ``leased-cold``: 10,000 keys round robin, unleased and at lease 50
   (no key proves hot: one store call each);
+- ``plain-full`` and ``leased-full``: the same with the plan memo full (no plan memoized:
+  a leased key's heat is counted in its wrapper's dict);
 - ``bare``: the seed's script, one EVALSHA per decision through redis-py.
 
 Exits with a message (status 0) when valgrind is not installed.
@@ -34,7 +36,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PATHS = ("leased-local", "leased-50", "plain", "plain-cold", "leased-cold", "bare")
+PATHS = ("leased-local", "leased-50", "plain", "plain-cold", "leased-cold", "plain-full", "leased-full", "bare")
 WARM = 3000
 COLD_KEYS = 10_000
 
@@ -61,8 +63,13 @@ def worker(path: str, decisions: int) -> None:
                 script(keys=["bare:{hot}"], args=[1, 1000, 1])
             return
         policy = {"leased-local": "local", "leased-50": "under-L50-pre", "plain": "under-plain",
-                  "plain-cold": "under-plain", "leased-cold": "under-L50"}[path]
-        if path.endswith("cold"):
+                  "plain-cold": "under-plain", "leased-cold": "under-L50", "plain-full": "under-plain",
+                  "leased-full": "under-L50"}[path]
+        if path.endswith("full"):
+            from django_gcra.plan import _plans
+
+            _plans.size = 0  # full: nothing new is memoized
+        if path.endswith(("cold", "full")):
             for i in range(WARM):
                 decide(policy, {"ip": f"warm{i}"})
             for i in range(decisions):

@@ -328,6 +328,14 @@ def test_a_key_seen_less_often_than_hot_after_per_ttl_never_strands_a_lease(stor
     assert backend.held_keys() == 0
 
 
+def test_a_key_alone_seen_less_often_than_hot_after_per_ttl_never_strands_a_lease(store, clock):
+    backend = leased(store, clock, hot_after=3)  # (no write of this store counts heat: each counted at once)
+    for _ in range(12):
+        clock.t += 0.51
+        backend.evaluate([SPEC], 1)
+    assert (store.calls, backend.stats().leased_units, backend.held_keys()) == (12, 0, 0)
+
+
 def test_counts_from_a_window_that_has_ended_never_make_a_key_hot(store, clock):
     backend = leased(store, clock, hot_after=3)
     backend.evaluate([SPEC], 1)
@@ -336,6 +344,7 @@ def test_counts_from_a_window_that_has_ended_never_make_a_key_hot(store, clock):
     backend.evaluate([SPEC], 1)  # the third, but the first of a new window: still cold
     assert (store.calls, backend.stats().leased_units) == (3, 0)
     backend.evaluate([SPEC], 1)
+    assert backend.stats().leased_units == 0  # the second within the new window
     backend.evaluate([SPEC], 1)  # the third within the new window: hot
     assert backend.stats().leased_units == 10 and backend.held_keys() == 1
 
@@ -590,6 +599,57 @@ def test_a_key_whose_plan_is_not_memoized_is_counted_by_the_wrapper(gcra_setting
     assert (stats.store_calls, stats.leased_units, stats.local) == (HOT_AFTER, 10, 5)
 
 
+def test_heat_no_write_counts_is_counted_at_once_and_queued_once(gcra_settings, monkeypatch):
+    from django_gcra.backends import meanwhile
+    from django_gcra.plan import _plans
+
+    gcra_settings(POLICIES={"leased": lease_policy()})
+    monkeypatch.setattr(_plans, "size", 0)
+    meanwhile.pending.clear()  # fakeredis: no write of ours runs the queue
+    for i in range(50):
+        assert decide("leased", {"ip": f"k{i % 10}"}).allowed
+    wrapper = backend_for(get_policy("leased"))
+    assert meanwhile.pending == [wrapper._count_later]  # queued once, however many decisions wait for it
+    assert wrapper._uncounted == []  # each counted at once: no write counts them
+    stats = lease_stats()["leased"]  # each key leased at its HOT_AFTER-th store decision
+    assert (stats.store_calls, stats.leased_units, stats.local) == (10 * HOT_AFTER, 10 * 10, 10 * (5 - HOT_AFTER))
+    meanwhile.run()  # as a write would: the next decisions leave their counts to the writes
+    assert not meanwhile.pending and decide("leased", {"ip": "a"}).allowed
+    assert [spec.key[-2:] for spec in wrapper._uncounted] == [":a"] and meanwhile.pending
+    assert decide("leased", {"ip": "b"}).allowed  # the write did not count "a": counted now, and "b" at once
+    assert wrapper._uncounted == [] and set(wrapper._heat) >= {spec.key for spec in plan_specs("leased", "a", "b")}
+
+
+def plan_specs(policy: str, *ips: str) -> list[LimitSpec]:
+    from django_gcra.plan import plan
+
+    return [plan(policy, {"ip": ip}).specs[0] for ip in ips]
+
+
+def test_a_plan_not_memoized_is_leased_at_once_with_hot_after_1(gcra_settings, monkeypatch):
+    from django_gcra.plan import _plans
+
+    gcra_settings(POLICIES={"leased": lease_policy()})
+    monkeypatch.setattr(_plans, "size", 0)
+    backend_for(get_policy("leased")).hot_after = 1
+    for _ in range(10):
+        assert decide("leased", {"ip": "n"}).allowed
+    stats = lease_stats()["leased"]
+    assert (stats.store_calls, stats.leased_units, stats.local) == (1, 10, 9)
+
+
+def test_queued_work_that_fails_is_logged_and_the_rest_still_runs(caplog):
+    from django_gcra.backends import meanwhile
+
+    ran = []
+    meanwhile.later(lambda: ran.append("after"))
+    meanwhile.later(lambda: 1 / 0)
+    meanwhile.later(lambda: ran.append("before"))
+    meanwhile.run()
+    assert ran == ["before", "after"] and not meanwhile.pending
+    assert "ZeroDivisionError" in caplog.text
+
+
 def test_a_memoized_plan_keeps_its_backend_only_while_the_leases_stand(gcra_settings):
     from django_gcra import leases
     from django_gcra.plan import plan
@@ -630,6 +690,44 @@ def test_decide_takes_one_script_call_per_lease(real_redis, gcra_settings):
     cold = HOT_AFTER - 1  # a key's first decisions go to the store one call each
     assert evalsha_calls(real_redis) - before == cold + 5  # then 48 decisions: 5 leases of 10
     assert lease_stats()["search"].calls_saved == 51 - (1 + cold + 5)
+
+
+@pytest.mark.parametrize("in_loop", [False, True], ids=["sync", "async"])
+def test_a_cold_key_not_memoized_has_its_heat_counted_while_its_call_is_in_flight(
+        real_redis, gcra_settings, monkeypatch, in_loop):
+    from django_gcra.backends import direct, meanwhile, multiplex
+    from django_gcra.plan import _plans
+
+    gcra_settings(**SEARCH)
+    monkeypatch.setattr(_plans, "size", 0)  # no plan memoized: the heat is the wrapper's to count
+    decide("search", {"ip": "warm"})  # loads the script, connects
+    wrapper = backend_for(get_policy("search"))
+    at_write: list[int] = []  # what was left uncounted when a write ran the queue
+
+    def recording():
+        at_write.append(len(wrapper._uncounted))
+        meanwhile.run()
+
+    monkeypatch.setattr(multiplex if in_loop else direct, "run_meanwhile", recording)
+    left: list[int] = []  # ... and when its decision returned
+
+    async def decide_async():
+        for _ in range(HOT_AFTER + 4):
+            assert (await adecide("search", {"ip": "inflight"})).allowed
+            left.append(len(wrapper._uncounted))
+
+    before = evalsha_calls(real_redis)
+    if in_loop:
+        asyncio.run(decide_async())
+    else:
+        for _ in range(HOT_AFTER + 4):
+            assert decide("search", {"ip": "inflight"}).allowed
+            left.append(len(wrapper._uncounted))
+    assert at_write == [1] * (HOT_AFTER - 1)  # each cold decision's count left to its write ...
+    assert left == [0] * (HOT_AFTER + 4)  # ... which counted it before its reply was read
+    assert evalsha_calls(real_redis) - before == HOT_AFTER - 1 + 1  # the cold calls, then one lease of 10
+    stats = lease_stats()["search"]
+    assert (stats.leased_units, stats.local) == (10, 4)
 
 
 async def test_adecide_uses_the_lease_on_the_native_async_client(real_redis, gcra_settings):

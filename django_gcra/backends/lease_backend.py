@@ -14,8 +14,9 @@ each, and the key is leased at its ``HOT_AFTER``-th store decision within one wi
 (a key seen less often would strand most of every lease it took). The count is kept on
 the decision's memoized plan (``still_cold``, read by ``store.backend_for_plan``, which
 then sends a cold decision to ``inner`` itself: it costs what an unleased one does), or,
-for a plan that is not memoized, in a dict here (``_goes_direct``). A lease that expires
-unused makes the key cold again. A memoized plan's first cold decision is counted on the
+for a plan that is not memoized, in a dict here (``_count_heat``), counted while the decision's
+store call is in flight (``meanwhile``). A lease that expires unused makes
+the key cold again. A memoized plan's first cold decision is counted on the
 plan alone (its ``heat``, read by ``stats``; ``forget`` hands it over when the plan leaves
 the memo): the cold first visit makes no count of its own.
 
@@ -46,6 +47,7 @@ units this process still holds are too few for it; the store's reply decides).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -55,7 +57,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..algorithm import DENIED
-from . import prefetchers
+from . import meanwhile, prefetchers
 from .base import Backend, BackendError, LimitSpec, Outcome
 from .key_lease import Ahead, Held, KeyLease, LeaseStats, Served, admitted, counted, held_units
 
@@ -122,7 +124,15 @@ class LeasingBackend(Backend):
         self._keys: dict[str, KeyLease] = {}  # read without a lock (one dict lookup); written under _keys_lock
         self._keys_lock = threading.Lock()
         self._heat: dict[str, int] = {}  # cold key -> its store decisions in this window
-        self._heat_until = 0.0  # when the window ends (monotonic seconds; see _goes_direct)
+        self._heat_until = 0.0  # when the window ends (monotonic seconds; see _count_heat)
+        # The specs of cold decisions sent to the store with their heat not counted yet;
+        # whether _count_heat is queued to count them (meanwhile.later), and whether the
+        # writes have been counting them (else each is counted at once: _goes_direct).
+        self._uncounted: list[LimitSpec] = []
+        self._deferring = False
+        self._armed: set[str] = set()  # keys whose next decision in this window is hot (_count_heat)
+        self._counting = False
+        self._count_later = functools.partial(self._count_heat, True)  # (made once, queued again and again)
         self._next_sweep = 0.0
 
     def serve(self, specs: Sequence[LimitSpec], cost: int, in_loop: bool = False) -> Served | None:
@@ -259,27 +269,62 @@ class LeasingBackend(Backend):
     def _goes_direct(self, spec: LimitSpec, cost: int) -> bool:
         """True (and the decision counted as a store call) when a key without a lease is
         decided directly on the store: it is not leasable (shadow, a peek, a cost above
-        the burst) or still cold. False at the ``hot_after``-th store decision within one
-        window of ``ttl``: the key gets a lease now.
+        the burst) or still cold, its heat counted while its store call is in flight
+        (``_count_heat``). False at its ``hot_after``-th store decision within one window
+        of ``ttl`` (``_armed`` by the count of the one before): the key gets a lease now."""
+        if spec.enforce and 0 < cost <= spec.burst:
+            if self._hot_after == 1:  # every key is hot at once
+                return False
+            uncounted = self._uncounted
+            if uncounted:  # left for a write that did not count it (not a direct connection, or an error)
+                self._deferring = False  # counted at once from now on, until a write counts them again
+                self._count_heat()
+            armed = self._armed
+            if armed and spec.key in armed:
+                if self.clock() < self._heat_until:  # hot
+                    armed.discard(spec.key)
+                    self._heat.pop(spec.key, None)
+                    return False
+                armed.clear()  # counted in a window that has ended: this is the first of a new one
+                self._heat.clear()
+            uncounted.append(spec)
+            if not self._counting:
+                self._counting = True
+                meanwhile.later(self._count_later)
+            if not self._deferring:
+                self._count_heat()
+        next(self.cold)  # one decision, one store call (counted without a lock: see cold)
+        return True
+
+    def _count_heat(self, queued: bool = False) -> None:
+        """Count the cold decisions ``_goes_direct`` sent to the store uncounted, in
+        ``_heat``; a key at its ``hot_after - 1``-th count within one window of ``ttl`` is
+        armed: its next decision in that window is hot. ``queued``: run by a write while its
+        reply is in flight (``meanwhile``); else at once, by ``_goes_direct``.
 
         A window starts at the first count in an empty ``_heat`` (an int per key, no clock
-        per key), and the clock is read only then and when a key reaches ``hot_after``: a
-        window that has ended by then drops every count, and the key counts anew."""
-        if spec.enforce and 0 < cost <= spec.burst:
-            key, heat = spec.key, self._heat
+        per key), and the clock is read only then and when a key reaches ``hot_after - 1``:
+        a window that has ended by then drops every count, and the key counts anew."""
+        if queued:  # a write counts them: the next decisions leave their counts to the writes
+            self._counting, self._deferring = False, True  # (first: one left uncounted from now on queues this again)
+        uncounted, heat, armed, hot_at = self._uncounted, self._heat, self._armed, self._hot_after - 1
+        while uncounted:
+            try:
+                key = uncounted.pop().key
+            except IndexError:  # another thread counted the last one
+                return
             count = heat.get(key, 0) + 1
-            if count >= self._hot_after:
-                if count == 1 or self.clock() < self._heat_until:  # hot (with hot_after 1: every key)
-                    heat.pop(key, None)
-                    return False
-                heat.clear()  # counted in a window that has ended: this is the first of a new one
+            if count >= hot_at and count > 1 and self.clock() >= self._heat_until:  # counted in a window that has ended
+                heat.clear()
+                armed.clear()
                 count = 1
             if count == 1 and (not heat or len(heat) >= self.max_keys):  # bounded: a key this rare is cold anyway
                 heat.clear()
+                armed.clear()
                 self._heat_until = self.clock() + self.ttl
             heat[key] = count
-        next(self.cold)  # one decision, one store call (counted without a lock: see cold)
-        return True
+            if count >= hot_at:
+                armed.add(key)
 
     def still_cold(self, p: Plan) -> bool:
         """``_goes_direct`` for a memoized plan, its heat counted on the plan (no dict, no
@@ -288,7 +333,8 @@ class LeasingBackend(Backend):
         is not leasable (``evaluate`` sends it to the store), its key holds a lease, or it
         is hot now: its key's lease is made, which ``evaluate`` fills. A plan that is not
         memoized (``heat`` -1: the memo full, or overrides) is counted in ``_heat``, as
-        ``evaluate`` counts it, without the calls of ``serve`` and ``evaluate`` first.
+        ``evaluate`` counts it (``_goes_direct``), without the calls of ``serve`` and
+        ``evaluate`` first.
 
         The plan's first cold decision on this wrapper is counted by its heat (``stats``),
         the later ones here; a heat left by another wrapper (before a reset) is handed back
@@ -300,8 +346,12 @@ class LeasingBackend(Backend):
             p.heat, heat = 0, 0
             p.backend.count_direct()
         specs = p.specs
-        if heat < 0:
-            if len(specs) != 1 or (spec := specs[0]).key in self._keys:  # several limits, or a leased key
+        if heat < 0:  # not memoized: counted in _heat, as evaluate counts it
+            if len(specs) != 1:
+                return False
+            spec = specs[0]
+            keys = self._keys
+            if keys and spec.key in keys:  # a leased key
                 return False
             if self._goes_direct(spec, p.cost):
                 return True
