@@ -59,3 +59,16 @@ def test_sent_commands_counts_prepacked_and_redis_py_writes(redis_server):
             pipe.get("a").get("b").execute()
     assert sent == ["ping", "echo", "get", "get"]
     client.close()
+
+
+def test_interleaved_alternates_the_two_contenders_on_the_same_workload():
+    from benchmarks.peers.contenders import Contender
+    from benchmarks.peers.measure import interleaved
+
+    calls = []
+    a = Contender("a", GCRA, lambda t, u: calls.append(("a", u)) or True)
+    b = Contender("b", GCRA, lambda t, u: calls.append(("b", u)) or True)
+    summed, medians = interleaved(a, b, lambda i: ("t", f"u{i}"), 3, 2, 10)
+    assert len(summed) == len(medians) == 2 and all(r > 0 for r in summed + medians)
+    assert calls == [("b", "u10"), ("a", "u10"), ("a", "u11"), ("b", "u11"), ("b", "u12"), ("a", "u12"),
+                     ("b", "u13"), ("a", "u13"), ("a", "u14"), ("b", "u14"), ("b", "u15"), ("a", "u15")]

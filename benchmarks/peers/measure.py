@@ -73,6 +73,28 @@ def rounds(cases: dict[tuple[str, str], tuple[Contender, Workload]], ops: int, n
     return timings
 
 
+def interleaved(a: Contender, b: Contender, workload: Workload, ops: int, n_rounds: int, offset: int
+                ) -> tuple[list[float], list[float]]:
+    """Per round, ``a``'s decisions/s over ``b``'s, and ``b``'s median decision time over
+    ``a``'s (which a stall of the machine in one decision does not move), with the two
+    alternating decision by decision on the same workload (each call timed on its own,
+    which goes first swapped every decision), so a change in the machine's load hits both alike."""
+    clock = time.perf_counter_ns
+    summed, medians = [], []
+    for n in range(n_rounds):
+        spent: tuple[list[int], list[int]] = ([], [])  # a's, b's
+        for i in range(ops):
+            tenant, user = workload(offset + n * ops + i)
+            for times, decide in ((spent[0], a.decide), (spent[1], b.decide)) if i % 2 else \
+                    ((spent[1], b.decide), (spent[0], a.decide)):
+                before = clock()
+                decide(tenant, user)
+                times.append(clock() - before)
+        summed.append(sum(spent[1]) / sum(spent[0]))
+        medians.append(statistics.median(spent[1]) / statistics.median(spent[0]))
+    return summed, medians
+
+
 def _commandstats(client) -> dict[str, int]:
     return {k.removeprefix("cmdstat_"): v["calls"] for k, v in client.info("commandstats").items()}
 
