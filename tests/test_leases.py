@@ -599,7 +599,7 @@ def test_a_key_whose_plan_is_not_memoized_is_counted_by_the_wrapper(gcra_setting
     assert (stats.store_calls, stats.leased_units, stats.local) == (HOT_AFTER, 10, 5)
 
 
-def test_heat_no_write_counts_is_counted_at_once_and_queued_once(gcra_settings, monkeypatch):
+def test_heat_that_no_write_counts_is_counted_at_once_and_queued_once(gcra_settings, monkeypatch):
     from django_gcra.backends import meanwhile
     from django_gcra.plan import _plans
 
@@ -728,6 +728,32 @@ def test_a_cold_key_not_memoized_has_its_heat_counted_while_its_call_is_in_fligh
     assert evalsha_calls(real_redis) - before == HOT_AFTER - 1 + 1  # the cold calls, then one lease of 10
     stats = lease_stats()["search"]
     assert (stats.leased_units, stats.local) == (10, 4)
+
+
+def test_threads_counting_heat_in_flight_lose_no_decision(real_redis, gcra_settings, monkeypatch):
+    from django_gcra.plan import _plans
+
+    gcra_settings(**SEARCH)
+    monkeypatch.setattr(_plans, "size", 0)
+    decide("search", {"ip": "warm"})
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(300):  # a key of its own, then the shared one
+                decide("search", {"ip": f"t{t}:{i}" if i % 2 else "shared"})
+        except BaseException as exc:  # pragma: no cover (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors
+    stats = lease_stats()["search"]
+    assert stats.decisions == 1 + 4 * 300  # every decision counted once
+    assert stats.leased_units > 0 and backend_for(get_policy("search")).held_keys() == 1  # only the shared key
 
 
 async def test_adecide_uses_the_lease_on_the_native_async_client(real_redis, gcra_settings):

@@ -14,9 +14,9 @@ each, and the key is leased at its ``HOT_AFTER``-th store decision within one wi
 (a key seen less often would strand most of every lease it took). The count is kept on
 the decision's memoized plan (``still_cold``, read by ``store.backend_for_plan``, which
 then sends a cold decision to ``inner`` itself: it costs what an unleased one does), or,
-for a plan that is not memoized, in a dict here (``_count_heat``), counted while the decision's
-store call is in flight (``meanwhile``). A lease that expires unused makes
-the key cold again. A memoized plan's first cold decision is counted on the
+for a plan that is not memoized, in a dict here (``_count_heat``), while the decision's
+store call is in flight (``meanwhile``). A lease that expires unused makes the key cold
+again. A memoized plan's first cold decision is counted on the
 plan alone (its ``heat``, read by ``stats``; ``forget`` hands it over when the plan leaves
 the memo): the cold first visit makes no count of its own.
 

@@ -2,7 +2,7 @@
 
 A decision's round trip to Redis leaves its thread idle for tens of microseconds. Book-
 keeping that need not precede the request (a leased policy counting a cold key's heat:
-``LeasingBackend.still_cold``) is queued here with ``later`` and run by the next request
+``LeasingBackend._count_heat``) is queued here with ``later`` and run by the next request
 written on a connection of this process (``direct.DirectRunner``, the asyncio
 multiplexer), between its write and its read: it costs that request no time. A caller
 that may not reach such a request runs its own leftovers before it needs them.
