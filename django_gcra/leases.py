@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
-from .backends import Backend
+from .backends import Backend, meanwhile
 from .backends.lease_backend import LeaseStats, LeasingBackend
 from .conf import get_settings, on_change
 from .policy import Lease, Policy
@@ -79,6 +79,7 @@ def reset_leases() -> None:
         generation += 1
         _wrappers.clear()
         _by_policy.clear()
+        meanwhile.pending.clear()  # the forgotten wrappers' counts, queued for a write (none may come)
 
 
 def _forget_in_child() -> None:
@@ -88,6 +89,7 @@ def _forget_in_child() -> None:
     generation += 1
     _wrappers.clear()
     _by_policy.clear()
+    meanwhile.pending.clear()
 
 
 if hasattr(os, "register_at_fork"):
