@@ -599,25 +599,28 @@ def test_a_key_whose_plan_is_not_memoized_is_counted_by_the_wrapper(gcra_setting
     assert (stats.store_calls, stats.leased_units, stats.local) == (HOT_AFTER, 10, 5)
 
 
-def test_heat_that_no_write_counts_is_counted_at_once_and_queued_once(gcra_settings, monkeypatch):
+def test_heat_that_no_write_counts_is_counted_by_the_next_decision_and_queued_once(gcra_settings, monkeypatch):
     from django_gcra.backends import meanwhile
     from django_gcra.plan import _plans
 
     gcra_settings(POLICIES={"leased": lease_policy()})
     monkeypatch.setattr(_plans, "size", 0)
     meanwhile.pending.clear()  # fakeredis: no write of ours runs the queue
-    for i in range(50):
-        assert decide("leased", {"ip": f"k{i % 10}"}).allowed
+    for i in range(10):  # ten cold keys, once each
+        assert decide("leased", {"ip": f"k{i}"}).allowed
     wrapper = backend_for(get_policy("leased"))
     assert meanwhile.pending == [wrapper._count_later]  # queued once, however many decisions wait for it
-    assert wrapper._uncounted == []  # each counted at once: no write counts them
+    assert len(wrapper._uncounted) == 1  # the last one's: each decision counts what is queued first
+    for i in range(10, 50):
+        assert decide("leased", {"ip": f"k{i % 10}"}).allowed
     stats = lease_stats()["leased"]  # each key leased at its HOT_AFTER-th store decision
     assert (stats.store_calls, stats.leased_units, stats.local) == (10 * HOT_AFTER, 10 * 10, 10 * (5 - HOT_AFTER))
-    meanwhile.run()  # as a write would: the next decisions leave their counts to the writes
-    assert not meanwhile.pending and decide("leased", {"ip": "a"}).allowed
-    assert [spec.key[-2:] for spec in wrapper._uncounted] == [":a"] and meanwhile.pending
-    assert decide("leased", {"ip": "b"}).allowed  # the write did not count "a": counted now, and "b" at once
-    assert wrapper._uncounted == [] and set(wrapper._heat) >= {spec.key for spec in plan_specs("leased", "a", "b")}
+    assert not meanwhile.pending and wrapper._uncounted == []
+    a, b = plan_specs("leased", "a", "b")
+    assert decide("leased", {"ip": "a"}).allowed  # as if a write had counted: only the plan's count queued
+    assert wrapper._uncounted == [] and [q.specs for q in meanwhile.pending] == [(a,)]
+    assert decide("leased", {"ip": "b"}).allowed  # no write counted "a": it is counted first, "b" left
+    assert wrapper._heat[a.key] == 1 and wrapper._uncounted == [b]
     reset_leases()  # the wrapper forgotten: so is its count queued for a write that may never come
     assert not meanwhile.pending
 
@@ -704,10 +707,10 @@ def test_a_cold_key_not_memoized_has_its_heat_counted_while_its_call_is_in_fligh
     monkeypatch.setattr(_plans, "size", 0)  # no plan memoized: the heat is the wrapper's to count
     decide("search", {"ip": "warm"})  # loads the script, connects
     wrapper = backend_for(get_policy("search"))
-    at_write: list[int] = []  # what was left uncounted when a write ran the queue
+    at_write: list[tuple[int, int]] = []  # what was left uncounted when a write ran the queue (specs, plans)
 
     def recording():
-        at_write.append(len(wrapper._uncounted))
+        at_write.append((len(wrapper._uncounted), sum(getattr(q, "backend", None) is wrapper for q in meanwhile.pending)))
         meanwhile.run()
 
     monkeypatch.setattr(multiplex if in_loop else direct, "run_meanwhile", recording)
@@ -725,8 +728,10 @@ def test_a_cold_key_not_memoized_has_its_heat_counted_while_its_call_is_in_fligh
         for _ in range(HOT_AFTER + 4):
             assert decide("search", {"ip": "inflight"}).allowed
             left.append(len(wrapper._uncounted))
-    assert at_write == [1] * (HOT_AFTER - 1)  # each cold decision's count left to its write ...
-    assert left == [0] * (HOT_AFTER + 4)  # ... which counted it before its reply was read
+    # Each cold decision sent with only its plan's count queued (store.backend_for_plan),
+    # left to its own write ...
+    assert at_write == [(0, 1)] * (HOT_AFTER - 1)
+    assert left == [0] * (HOT_AFTER + 4) and not meanwhile.pending  # ... which counted it before its reply was read
     assert evalsha_calls(real_redis) - before == HOT_AFTER - 1 + 1  # the cold calls, then one lease of 10
     stats = lease_stats()["search"]
     assert (stats.leased_units, stats.local) == (10, 4)
@@ -756,6 +761,26 @@ def test_threads_counting_heat_in_flight_lose_no_decision(real_redis, gcra_setti
     stats = lease_stats()["search"]
     assert stats.decisions == 1 + 4 * 300  # every decision counted once
     assert stats.leased_units > 0 and backend_for(get_policy("search")).held_keys() == 1  # only the shared key
+
+
+def test_plans_not_memoized_that_no_lease_can_answer_count_no_heat(real_redis, gcra_settings, monkeypatch):
+    from django_gcra.backends import meanwhile
+    from django_gcra.plan import _plans
+
+    gcra_settings(**SEARCH)
+    monkeypatch.setattr(_plans, "size", 0)  # every plan sent to the store by store.backend_for_plan
+    decide("search", {"ip": "warm"})  # connects: from now on the writes count the heat
+    wrapper = backend_for(get_policy("search"))
+    assert wrapper._deferring
+    before = evalsha_calls(real_redis)
+    for _ in range(2 * HOT_AFTER):
+        assert decide("search", {"ip": "peek"}, cost=0).allowed  # a peek
+        assert not decide("search", {"ip": "big"}, cost=101).allowed  # above the burst
+    assert evalsha_calls(real_redis) - before == 4 * HOT_AFTER and not meanwhile.pending
+    assert list(wrapper._heat) == [spec.key for spec in plan_specs("search", "warm")]  # none of theirs
+    stats = lease_stats()["search"]
+    assert (stats.decisions, stats.store_calls, stats.leased_units, wrapper.held_keys()) == (
+        1 + 4 * HOT_AFTER, 1 + 4 * HOT_AFTER, 0, 0)
 
 
 async def test_adecide_uses_the_lease_on_the_native_async_client(real_redis, gcra_settings):

@@ -15,7 +15,9 @@ each, and the key is leased at its ``HOT_AFTER``-th store decision within one wi
 the decision's memoized plan (``still_cold``, read by ``store.backend_for_plan``, which
 then sends a cold decision to ``inner`` itself: it costs what an unleased one does), or,
 for a plan that is not memoized, in a dict here (``_count_heat``), while the decision's
-store call is in flight (``meanwhile``). A lease that expires unused makes the key cold
+store call is in flight (``meanwhile``; for a key neither leased nor armed, the plan is
+sent to ``inner`` by ``store.backend_for_plan`` with only its count queued:
+``count_sent``). A lease that expires unused makes the key cold
 again. A memoized plan's first cold decision is counted on the
 plan alone (its ``heat``, read by ``stats``; ``forget`` hands it over when the plan leaves
 the memo): the cold first visit makes no count of its own.
@@ -127,7 +129,8 @@ class LeasingBackend(Backend):
         self._heat_until = 0.0  # when the window ends (monotonic seconds; see _count_heat)
         # The specs of cold decisions sent to the store with their heat not counted yet;
         # whether _count_heat is queued to count them (meanwhile.later), and whether the
-        # writes have been counting them (else each is counted at once: _goes_direct).
+        # writes have been counting them (else each is counted at once: _goes_direct; and
+        # only then does store.backend_for_plan queue a plan's count itself: count_sent).
         self._uncounted: list[LimitSpec] = []
         self._deferring = False
         self._armed: set[str] = set()  # keys whose next decision in this window is hot (_count_heat)
@@ -306,7 +309,8 @@ class LeasingBackend(Backend):
         per key), and the clock is read only then and when a key reaches ``hot_after - 1``:
         a window that has ended by then drops every count, and the key counts anew."""
         if queued:  # a write counts them: the next decisions leave their counts to the writes
-            self._counting, self._deferring = False, True  # (first: one left uncounted from now on queues this again)
+            # (first: one left uncounted from now on queues this again; with hot_after 1 none is counted)
+            self._counting, self._deferring = False, self._hot_after > 1
         uncounted, heat, armed, hot_at = self._uncounted, self._heat, self._armed, self._hot_after - 1
         while uncounted:
             try:
@@ -326,6 +330,16 @@ class LeasingBackend(Backend):
             if count >= hot_at:
                 armed.add(key)
 
+    def count_sent(self, p: Plan) -> None:
+        """Count a decision of a plan not memoized that ``store.backend_for_plan`` sent to
+        ``inner`` itself (its key without a lease, not armed), queued to run while its call
+        is in flight (``meanwhile``): one direct decision, and its key's heat if leasable."""
+        next(self.cold)
+        specs = p.specs
+        if len(specs) == 1 and self._leasable(specs, p.cost):
+            self._uncounted.append(specs[0])
+            self._count_heat()
+
     def still_cold(self, p: Plan) -> bool:
         """``_goes_direct`` for a memoized plan, its heat counted on the plan (no dict, no
         hashing of its key): True (the decision counted) while the plan's key is cold, and
@@ -334,7 +348,9 @@ class LeasingBackend(Backend):
         is hot now: its key's lease is made, which ``evaluate`` fills. A plan that is not
         memoized (``heat`` -1: the memo full, or overrides) is counted in ``_heat``, as
         ``evaluate`` counts it (``_goes_direct``), without the calls of ``serve`` and
-        ``evaluate`` first.
+        ``evaluate`` first; while the writes count the heat, ``store.backend_for_plan``
+        sends such a plan of a key neither leased nor armed to ``inner`` itself and queues
+        its count (``count_sent``), and this counts whatever is still queued first.
 
         The plan's first cold decision on this wrapper is counted by its heat (``stats``),
         the later ones here; a heat left by another wrapper (before a reset) is handed back
@@ -347,6 +363,8 @@ class LeasingBackend(Backend):
             p.backend.count_direct()
         specs = p.specs
         if heat < 0:  # not memoized: counted in _heat, as evaluate counts it
+            if meanwhile.pending:  # counts no write has run yet (or another thread's, in flight): first
+                meanwhile.run()
             if len(specs) != 1:
                 return False
             spec = specs[0]
@@ -383,6 +401,7 @@ class LeasingBackend(Backend):
     @hot_after.setter
     def hot_after(self, n: int) -> None:
         self._hot_after = min(max(1, n), WINDOW_SPAN - 1)
+        self._deferring = False  # (set again by the next write that counts: _count_heat)
         self._new_window(self.clock())  # plans' heats from before count anew
 
     def _new_window(self, now: float) -> None:
@@ -561,6 +580,7 @@ class LeasingBackend(Backend):
             s.stranded_units += stranded
 
     def stats(self) -> LeaseStats:
+        meanwhile.run()  # counts still queued for a write
         on_plans = sum(1 for p in memoized() if p.heat > 0 and p.backend is self)  # their first decisions
         with self._keys_lock:
             held = sum(s.held for s in self._keys.values())

@@ -2,30 +2,33 @@
 
 A decision's round trip to Redis leaves its thread idle for tens of microseconds. Book-
 keeping that need not precede the request (a leased policy counting a cold key's heat:
-``LeasingBackend._count_heat``) is queued here with ``later`` and run by the next request
-written on a connection of this process (``direct.DirectRunner``, the asyncio
-multiplexer), between its write and its read: it costs that request no time. A caller
-that may not reach such a request runs its own leftovers before it needs them.
+``LeasingBackend``) is queued here with ``later`` and run by the next request written on
+a connection of this process (``direct.DirectRunner``, the asyncio multiplexer), between
+its write and its read: it costs that request no time. A caller that may not reach such
+a request runs the leftovers before it needs them (``LeasingBackend.still_cold``).
 
-Queued work runs on whichever thread writes next, with that connection's lock held: it
-must be quick, thread-safe, and never call the store. An error in it is logged, and
-never reaches the request.
+Queued work is a callable, or a leased policy's plan that is not memoized (queued by
+``store.backend_for_plan``, with no frame of its own), which its lease wrapper counts
+(``p.backend.count_sent(p)``). It runs on whichever thread writes next, with that
+connection's lock held: it must be quick, thread-safe, and never call the store. An
+error in it is logged, and never reaches the request.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["later", "pending", "run"]
 
 logger = logging.getLogger("django_gcra")
 
 # The queue (read by the writers as ``if pending:``, one global test per request).
-pending: list[Callable[[], None]] = []
+pending: list[Any] = []
 # later(work): run ``work`` while the next request's reply is in flight (the list's own
 # append: a C call, no Python frame on the caller's request path).
-later = pending.append
+later: Callable[[Any], None] = pending.append
 
 
 def run() -> None:
@@ -36,6 +39,9 @@ def run() -> None:
         except IndexError:  # another thread took the last one
             return
         try:
-            work()
+            if callable(work):
+                work()
+            else:  # a plan sent to the store uncounted: its wrapper counts it
+                work.backend.count_sent(work)
         except Exception:
             logger.exception("django_gcra: work queued to run during a store call failed")
