@@ -41,6 +41,7 @@ def policies() -> dict:
             if size:
                 policy["lease"] = {"size": size, "ttl": 1.0, "low_water": low_water}
             out[f"{scenario}-{path.replace('=', '').replace('+', '-')}"] = policy
+    out["under-plain2"] = dict(out["under-plain"])  # the A/A control of the interleaved cold keys
     return out
 
 
@@ -112,7 +113,8 @@ def cold_interleaved(client, args, memo_full: bool = False) -> None:
     own, their order rotating from one decision to the next), so a change in the
     machine's load hits every path alike: per round, the ratio of the summed times (the
     same-run throughput ratio) and of the median decision times (which a stall of the
-    machine in one decision does not move). ``memo_full``: with the plan memo full (more
+    machine in one decision does not move); "A/A", a second unleased policy, shows what
+    the noise alone gives. ``memo_full``: with the plan memo full (more
     live plans than it holds), so no plan is memoized and a leased key's heat is counted
     in its wrapper's dict."""
     from django_gcra import decide
@@ -127,12 +129,13 @@ def cold_interleaved(client, args, memo_full: bool = False) -> None:
         return
 
     clock = time.perf_counter_ns
-    paths = {"plain": "under-plain", "L=10": "under-L10", "L=50": "under-L50"}
+    # "A/A": a second unleased policy, the same limit: the ratio the machine's noise alone gives.
+    paths = {"plain": "under-plain", "A/A": "under-plain2", "L=10": "under-L10", "L=50": "under-L50"}
     items = list(paths.items())
     orders = [items[k:] + items[:k] for k in range(len(items))]
     ratios: dict[str, list[float]] = {path: [] for path in paths}
     medians: dict[str, list[float]] = {path: [] for path in paths}
-    per = max(1, min(args.max_decisions, 5000))
+    per = max(1, min(args.max_decisions, 4000))  # every path's plans fit the memo: 4 x 4,000 < 16,384
     for round_ in range(args.rounds):
         _plans.clear()
         spent: dict[str, list[int]] = {path: [] for path in paths}
