@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 # A generous limiter timeout for tests and benchmarks: a loaded machine must never turn a
@@ -45,6 +46,50 @@ def hammer(redis_url: str, gcra: dict, policy: str, descriptors: dict, start_at:
 
     decide(policy, descriptors, cost=0)  # connect and load the script before the clock starts
     return timed_loop(lambda: decide(policy, descriptors).allowed, start_at, duration, max_calls)
+
+
+def hammer_path(path: str, redis_url: str, gcra: dict, policy: str, descriptors: dict, start_at: float,
+                duration: float, max_calls: int = 200_000) -> tuple[int, int, float, float, int]:
+    """``hammer`` by one decision path: ``"sync"`` (``decide()``), ``"memo-full"``
+    (``decide()`` with no plan memoized, as when the plan memo is full) or ``"async"``
+    (``adecide()`` from ``ASYNC_TASKS`` tasks of one event loop, multiplexed). Also return
+    the decisions this process's leases served from memory (0 without a lease)."""
+    setup_django(redis_url, gcra)
+    from django_gcra import adecide, decide
+    from django_gcra.leases import lease_stats
+    from django_gcra.plan import _plans
+
+    if path == "memo-full":
+        _plans.size = 0
+    if path == "async":
+        result = asyncio.run(_ahammer(adecide, policy, descriptors, start_at, duration, max_calls))
+    else:
+        decide(policy, descriptors, cost=0)  # connect and load the script before the clock starts
+        result = timed_loop(lambda: decide(policy, descriptors).allowed, start_at, duration, max_calls)
+    stats = lease_stats().get(policy)
+    return (*result, stats.local if stats else 0)
+
+
+ASYNC_TASKS = 16
+
+
+async def _ahammer(adecide, policy: str, descriptors: dict, start_at: float, duration: float,
+                   max_calls: int) -> tuple[int, int, float, float]:
+    await adecide(policy, descriptors, cost=0)  # connect and load the script before the clock starts
+    while time.time() < start_at:
+        await asyncio.sleep(0.001)
+    counts = [0, 0]  # admitted, calls
+    first = time.time()
+    deadline = first + duration
+
+    async def task() -> None:
+        while counts[1] < max_calls and time.time() < deadline:
+            counts[1] += 1
+            allowed = (await adecide(policy, descriptors)).allowed  # (awaited before counts[0] is read)
+            counts[0] += allowed
+
+    await asyncio.gather(*(task() for _ in range(ASYNC_TASKS)))
+    return counts[0], counts[1], first, time.time()
 
 
 def timed_loop(admit, start_at: float, duration: float, max_calls: int) -> tuple[int, int, float, float]:
