@@ -8,6 +8,7 @@ import time
 # A generous limiter timeout for tests and benchmarks: a loaded machine must never turn a
 # measured decision into an on_failure fallback (the fault tests set their own tight one).
 TEST_TIMEOUT_MS = 1000
+ASYNC_TASKS = 16  # hammer_path's tasks per event loop
 
 
 def setup_django(redis_url: str | None, gcra: dict, *, apps: tuple[str, ...] = (), caches: dict | None = None,
@@ -41,11 +42,9 @@ def setup_django(redis_url: str | None, gcra: dict, *, apps: tuple[str, ...] = (
 def hammer(redis_url: str, gcra: dict, policy: str, descriptors: dict, start_at: float, duration: float,
            max_calls: int = 200_000) -> tuple[int, int, float, float]:
     """Call decide() from ``start_at`` for ``duration`` seconds; return (admitted, calls, first, last)."""
-    setup_django(redis_url, gcra)
-    from django_gcra import decide
-
-    decide(policy, descriptors, cost=0)  # connect and load the script before the clock starts
-    return timed_loop(lambda: decide(policy, descriptors).allowed, start_at, duration, max_calls)
+    admitted, calls, first, last, _ = hammer_path("sync", redis_url, gcra, policy, descriptors, start_at, duration,
+                                                  max_calls)
+    return admitted, calls, first, last
 
 
 def hammer_path(path: str, redis_url: str, gcra: dict, policy: str, descriptors: dict, start_at: float,
@@ -69,8 +68,6 @@ def hammer_path(path: str, redis_url: str, gcra: dict, policy: str, descriptors:
     stats = lease_stats().get(policy)
     return (*result, stats.local if stats else 0)
 
-
-ASYNC_TASKS = 16
 
 
 async def _ahammer(adecide, policy: str, descriptors: dict, start_at: float, duration: float,
