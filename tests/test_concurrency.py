@@ -1,6 +1,6 @@
 """8 processes on one key never admit more than burst + elapsed/interval + 1 (real
 redis-server), by every decision path: sync, async (multiplexed), leased (on demand, with
-prefetch, with no plan memoized)."""
+prefetch, with no plan memoized, and async with prefetch)."""
 
 from __future__ import annotations
 

@@ -69,7 +69,6 @@ def hammer_path(path: str, redis_url: str, gcra: dict, policy: str, descriptors:
     return (*result, stats.local if stats else 0)
 
 
-
 async def _ahammer(adecide, policy: str, descriptors: dict, start_at: float, duration: float,
                    max_calls: int) -> tuple[int, int, float, float]:
     await adecide(policy, descriptors, cost=0)  # connect and load the script before the clock starts
