@@ -58,6 +58,10 @@ class Decision(NamedTuple):
     waited: float = 0.0  # seconds waited for a reserved slot (shaping); 0.0: admitted at once
     capacity: bool = False
     slots: Any = None  # backends.slots.Slots of an allowed decision with concurrency limits
+    disabled: bool = False  # DJANGO_GCRA["ENABLED"] is False: allowed, nothing asked of the store
+    exempt: bool = False  # an EXEMPT rule matched: allowed, nothing asked of the store
+    blocked: bool = False  # a DENY rule matched: refused (403), nothing asked of the store
+    settlement: Any = None  # what decision.settle() needs (metered costs); None: nothing to settle
 
     def release(self) -> None:
         """Free the concurrency slots this decision holds: idempotent, never blocks on the
@@ -87,13 +91,23 @@ class Decision(NamedTuple):
 #: Every outcome label. ``fallback_*`` and ``unavailable`` (on_failure="closed") are
 #: the decisions made without the store. ``waited``: allowed after waiting for a reserved
 #: slot (shaping, ``max_wait``); a refusal beyond ``max_wait`` is ``denied``.
-OUTCOMES = ("allowed", "waited", "denied", "shadow_denied", "fallback_allowed", "fallback_denied", "unavailable")
+#: ``exempt``, ``blocked`` and ``disabled``: decided by an EXEMPT or DENY rule or by
+#: ``ENABLED: False``, without the store.
+OUTCOMES = ("allowed", "waited", "denied", "shadow_denied", "fallback_allowed", "fallback_denied", "unavailable",
+            "exempt", "blocked", "disabled")
 
 
 def outcome_of(decision: Decision) -> str:
     """The outcome label of one decision (metrics, the console's counts, the audit trail)."""
-    if decision.allowed and not (decision.shadow or decision.fallback or decision.waited):
+    if decision.allowed and not (decision.shadow or decision.fallback or decision.waited or decision.exempt
+                                 or decision.disabled):
         return "allowed"  # the common case first
+    if decision.blocked:
+        return "blocked"
+    if decision.exempt:
+        return "exempt"
+    if decision.disabled:
+        return "disabled"
     if decision.unavailable:
         return "unavailable"
     if decision.fallback:

@@ -126,14 +126,16 @@ def _finish(p: Plan, outcome: Outcome | Served | object | None, request: HttpReq
         state = _new(LimitState, (limit.name, pl.rate, pl.burst, least, reset, pl.mode, limit.algorithm))
         allowed = enforced == ALLOWED
         if allowed and would == ALLOWED:
-            decision = _new(Decision, (True, 0.0, least, limit.name, p.policy.name, p.cost, False, fallback,
-                                       False, reset, 0.0, (state,), p.descriptors, waited / 1e6, False, slots))
+            decision = Decision(allowed=True, retry_after=0.0, remaining=least, limit=limit.name,
+                                policy=p.policy.name, cost=p.cost, fallback=fallback, reset_after=reset,
+                                limits=(state,), descriptors=p.descriptors, waited=waited / 1e6, slots=slots)
             plain = not (fallback or waited)
         else:
             retry = math.inf if retry_after is None else retry_after / 1e6
-            decision = _new(Decision, (allowed, 0.0 if allowed else retry, least, limit.name, p.policy.name,
-                                       p.cost, allowed, fallback, False, reset, retry if allowed else 0.0,
-                                       (state,), p.descriptors, waited / 1e6, False, slots))
+            decision = Decision(allowed=allowed, retry_after=0.0 if allowed else retry, remaining=least,
+                                limit=limit.name, policy=p.policy.name, cost=p.cost, shadow=allowed,
+                                fallback=fallback, reset_after=reset, would_retry_after=retry if allowed else 0.0,
+                                limits=(state,), descriptors=p.descriptors, waited=waited / 1e6, slots=slots)
             plain = False
     else:
         plain = decision.allowed and not (decision.shadow or decision.fallback or decision.waited)
@@ -189,6 +191,7 @@ def _composite(p: Plan, outcome: Outcome, fallback: bool) -> Decision:
         retry = math.inf if retry_after is None else retry_after / 1e6
     capacity = not allowed and bind >= base and p.slots[bind - base].limit.capacity
     state = states[bind]
-    return _new(Decision, (allowed, 0.0 if allowed else retry, least, state.name, name, p.cost, shadow, fallback,
-                           False, state.reset_after, retry if shadow else 0.0, tuple(states), p.descriptors,
-                           waited / 1e6, capacity, slots))
+    return Decision(allowed=allowed, retry_after=0.0 if allowed else retry, remaining=least, limit=state.name,
+                    policy=name, cost=p.cost, shadow=shadow, fallback=fallback, reset_after=state.reset_after,
+                    would_retry_after=retry if shadow else 0.0, limits=tuple(states), descriptors=p.descriptors,
+                    waited=waited / 1e6, capacity=capacity, slots=slots)

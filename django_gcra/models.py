@@ -9,7 +9,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-__all__ = ["AuditEvent", "Dashboard", "LimitOverride"]
+__all__ = ["AccessRule", "AuditEvent", "Dashboard", "LimitOverride"]
 
 # CheckConstraint's argument: ``condition`` since Django 5.1 (``check`` before, and gone in 6.0).
 CONSTRAINT_ARG = "condition" if django.VERSION >= (5, 1) else "check"
@@ -45,6 +45,9 @@ class LimitOverride(models.Model):
                             help_text=_("e.g. 100/s or 6000/m. Blank keeps the configured (tier) rate."))
     burst = models.PositiveIntegerField(_("burst"), null=True, blank=True, validators=[MinValueValidator(1)],
                                         help_text=_("Blank keeps the configured burst (or the rate's count)."))
+    quota = models.PositiveBigIntegerField(_("quota"), null=True, blank=True, validators=[MinValueValidator(1)],
+                                           help_text=_("Calendar quotas only: units per period. Blank keeps the "
+                                                       "configured (tier) quota."))
     mode = models.CharField(_("mode"), max_length=8, choices=Mode.choices, default=Mode.ENFORCE)
     enabled = models.BooleanField(_("enabled"), default=True)
     expires_at = models.DateTimeField(_("expires at"), null=True, blank=True,
@@ -79,6 +82,8 @@ class AuditEvent(models.Model):
         DENIED = "denied", _("denied")
         SHADOW_DENIED = "shadow_denied", _("shadow: would have been denied")
         FALLBACK_DENIED = "fallback_denied", _("denied by the local fallback")
+        BLOCKED = "blocked", _("blocked by a deny rule")
+        RESET = "reset", _("reset by an operator")
 
     time = models.DateTimeField(_("time"), db_index=True, help_text=_("The first request of this row."))
     last_time = models.DateTimeField(_("last time"), help_text=_("The last request of this row."))
@@ -93,6 +98,8 @@ class AuditEvent(models.Model):
                                     help_text=_("The longest retry-after seen; empty when never satisfiable."))
     method = models.CharField(_("method"), max_length=16, blank=True)
     path = models.CharField(_("path"), max_length=255, blank=True)
+    actor = models.CharField(_("by"), max_length=150, blank=True,
+                             help_text=_("The operator who did it (outcome reset)."))
 
     class Meta:
         verbose_name = _("audit event")
@@ -112,3 +119,46 @@ class Dashboard(AuditEvent):
         proxy = True
         verbose_name = _("dashboard")
         verbose_name_plural = _("dashboard")
+        permissions = [("reset_limit", _("Can reset a caller's limits"))]
+
+
+class AccessRuleQuerySet(models.QuerySet["AccessRule"]):
+    def in_force(self) -> AccessRuleQuerySet:
+        """Enabled and not expired: the rules the limiter applies."""
+        found: AccessRuleQuerySet = self.filter(enabled=True).exclude(expires_at__lte=timezone.now())
+        return found
+
+
+class AccessRule(models.Model):
+    """An admin-edited exemption or deny rule: requests whose ``descriptor`` is ``value``
+    (for ``ip``: an address or a CIDR network) are exempt from, or denied by, ``policy``
+    (blank: every policy)."""
+
+    class Kind(models.TextChoices):
+        EXEMPT = "exempt", _("exempt (never limited)")
+        DENY = "deny", _("deny (refused with 403)")
+
+    kind = models.CharField(_("kind"), max_length=8, choices=Kind.choices)
+    policy = models.CharField(_("policy"), max_length=64, blank=True, db_index=True,
+                              help_text=_("Blank: every policy."))
+    descriptor = models.CharField(_("descriptor"), max_length=64, help_text=_("e.g. ip, user, tenant."))
+    value = models.CharField(_("value"), max_length=255,
+                             help_text=_("The descriptor's value; for ip an address or a CIDR network."))
+    enabled = models.BooleanField(_("enabled"), default=True)
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True,
+                                      help_text=_("After this time the rule no longer applies."))
+    reason = models.TextField(_("reason"), blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    changed_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name=_("changed by"), null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+
+    objects = AccessRuleQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("access rule")
+        verbose_name_plural = _("access rules")
+        ordering = ["kind", "policy", "descriptor", "value"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.descriptor}={self.value} ({self.policy or '*'})"
