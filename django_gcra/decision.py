@@ -64,15 +64,16 @@ class Decision(NamedTuple):
     settlement: Any = None  # what decision.settle() needs (metered costs); None: nothing to settle
 
     def release(self) -> None:
-        """Free the concurrency slots this decision holds: idempotent, never blocks on the
-        store (the release is pipelined from a background thread), harmless when there are none."""
+        """Free the concurrency slots this decision holds, in the store at once (one round
+        trip, within ``TIMEOUT``): idempotent, harmless when there are none. A release that
+        fails is counted and logged; the slot's ``ttl`` frees it then."""
         if self.slots is not None:
             self.slots.release()
 
     async def arelease(self) -> None:
-        """``release()`` for async code (it never blocks either)."""
+        """``release()`` for async code, on the event loop's own connection."""
         if self.slots is not None:
-            self.slots.release()
+            await self.slots.arelease()
 
     @property
     def impossible(self) -> bool:

@@ -182,3 +182,52 @@ def test_paused_redis_never_stalls_the_override_refresh(server: RedisServer, set
     finally:
         server.resume()
     assert max(waits) <= MAX_WAIT
+
+
+def _limiter_clients(server: RedisServer, own_id: int) -> list[dict]:
+    return [c for c in server.client().client_list() if int(c["id"]) != own_id and c.get("cmd") != "client|list"]
+
+
+async def test_async_connections_speak_resp2(server: RedisServer):
+    """redis-py 8 connects asyncio clients with RESP3 (``HELLO 3`` inside the set-up, which a
+    paused Redis holds for the whole set-up budget): the limiter's own connections speak RESP2."""
+    assert not (await adecide("open", {"ip": "r"})).fallback
+    assert not decide("open", {"ip": "r"}).fallback
+    watcher = server.client()
+    clients = _limiter_clients(server, watcher.client_id())
+    assert clients and all(c["resp"] == "2" for c in clients), clients
+
+
+@pytest.mark.parametrize("password", [None, "s3cret"])
+async def test_paused_async_costs_a_decision_its_timeout_not_the_set_up_budget(settings, gcra_settings, password):
+    """A set-up budget 40x TIMEOUT: a decision waiting for a connection set-up on a paused
+    Redis would take it. Each decision is answered within its own TIMEOUT (plus margin) until
+    the breaker opens, also when the set-up needs the server (AUTH with a password: the
+    breaker then opens when that set-up fails, after its budget)."""
+    srv = start_redis()
+    if password:
+        srv.client().config_set("requirepass", password)
+    auth = f":{password}@" if password else ""
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache",
+                                   "LOCATION": f"redis://{auth}127.0.0.1:{srv.port}/0"}}
+    gcra_settings(TIMEOUT=TIMEOUT_MS, CONNECT_TIMEOUT=2000, BREAKER={"failures": 3, "cooldown": 30},
+                  POLICIES={"open": policy("open")})
+    reset_breakers()
+    try:
+        assert not (await adecide("open", {"ip": "a"})).fallback
+        srv.pause()
+        try:
+            waited = []
+            for _ in range(8):
+                t0 = time.perf_counter()
+                decision = await asyncio.wait_for(adecide("open", {"ip": "x"}), 10)
+                waited.append(time.perf_counter() - t0)
+                assert decision.fallback and decision.allowed
+            assert max(waited) < 1.0, waited  # the set-up budget is 2 s
+            if not password:  # connections set up at once (TCP only): their round trips time out and count
+                assert [b["state"] for b in breakers()] == ["open"]
+        finally:
+            srv.resume()
+    finally:
+        srv.stop()
+        reset_breakers()

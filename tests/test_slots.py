@@ -1,6 +1,6 @@
 """Concurrency limits on a real redis-server, in one process: slots taken in the rates'
-script call (all-or-nothing both ways), released (idempotent, pipelined off the request
-path), extended while held, freed by ttl, on every surface (exceptions, streamed bodies,
+script call (all-or-nothing both ways), released (idempotent, at once: free for the very next
+decision), extended while held, freed by ttl, on every surface (exceptions, streamed bodies,
 async disconnects), failure policies, shadow mode, overrides and headers."""
 
 from __future__ import annotations
@@ -43,11 +43,6 @@ def conc(real_redis, gcra_settings):
     return real_redis
 
 
-def flush():
-    """Wait for the background releases to reach Redis (what a later request would see)."""
-    store_backend().keeper.flush()
-
-
 def slot_key(policy="run", limit="running", tenant="t"):
     return f"rl:{{{tenant}}}:{policy}:{limit}~conc:{tenant}"
 
@@ -66,13 +61,11 @@ def test_at_most_max_slots_then_429_and_release_frees_one(conc):
     a.release()
     a.release()  # idempotent
     c.release()  # harmless on a denied decision
-    flush()
     assert conc.zcard(slot_key()) == 1
     d = decide("run", {"tenant": "t"})
     assert d.allowed
     b.release()
     d.release()
-    flush()
     assert conc.zcard(slot_key()) == 0
     snap = slotmod.stats.snapshot()
     assert snap["refused"] == 1 and snap["released"] >= 3
@@ -116,11 +109,9 @@ def test_rate_and_concurrency_in_one_script_call_all_or_nothing(conc):
     # A rate denial takes no slot: free the slots, spend the last unit of rate, then be denied by rate.
     first.release()
     second.release()
-    flush()
     third = decide("both", {"tenant": "t"})
     assert third.allowed
     third.release()
-    flush()
     denied = decide("both", {"tenant": "t"})
     assert not denied.allowed and denied.limit == "rate"
     assert conc.zcard(slot_key("both")) == 0
@@ -142,7 +133,6 @@ def test_async_decide_and_arelease_through_the_asyncio_client(conc):
         await c.arelease()
 
     asyncio.run(run())
-    flush()
     assert conc.zcard(slot_key(tenant="a")) == 0
 
 
@@ -168,7 +158,9 @@ def test_held_slots_are_extended_and_a_dead_holder_frees_after_ttl(conc, gcra_se
 def test_a_forgotten_decision_is_released_when_collected(conc):
     decide("run", {"tenant": "g"})  # dropped without release()
     gc.collect()
-    flush()
+    deadline = time.monotonic() + 5  # a finalizer's release is sent by the keeper's thread
+    while conc.zcard(slot_key(tenant="g")) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert conc.zcard(slot_key(tenant="g")) == 0
     assert slotmod.stats.snapshot()["abandoned"] == 1
 
@@ -185,7 +177,6 @@ def test_release_failures_are_counted_and_logged(conc, caplog):
     try:
         with caplog.at_level("WARNING", logger="django_gcra"):
             d.release()
-            keeper.flush()
     finally:
         keeper.get_client = get_client
     assert slotmod.stats.snapshot()["release_failures"] >= 1
@@ -278,7 +269,23 @@ async def slow_async(request):
     return HttpResponse("late")
 
 
-urlpatterns = [path("slow-async/", slow_async)]
+@ratelimit(policy="one")
+def boom_one(request):
+    raise RuntimeError("the view failed")
+
+
+@ratelimit(policy="one")
+def stream_one(request):
+    return StreamingHttpResponse(iter([b"a", b"b"]))
+
+
+@ratelimit(policy="one")
+def fine_one(request):
+    return HttpResponse("ok")
+
+
+urlpatterns = [path("slow-async/", slow_async), path("boom-one/", boom_one), path("stream-one/", stream_one),
+               path("fine-one/", fine_one)]
 
 
 def test_an_exception_releases(conc):
@@ -286,7 +293,6 @@ def test_an_exception_releases(conc):
     for _ in range(3):  # more than max: each failure gave its slot back
         with pytest.raises(RuntimeError):
             boom(request)
-        flush()
     assert conc.zcard(slot_key(tenant="e")) == 0
 
 
@@ -296,13 +302,10 @@ def test_a_streamed_body_releases_after_its_last_chunk(conc):
     assert response.status_code == 200 and response["RateLimit"] == '"running";r=1;t=0'
     iterator = iter(response)
     next(iterator)
-    flush()
     assert conc.zcard(slot_key(tenant="s")) == 1  # still streaming: still held
     assert b"".join(iterator) == b"xx"
-    flush()
     assert conc.zcard(slot_key(tenant="s")) == 1  # the server closes the response after the last chunk
     response.close()
-    flush()
     assert conc.zcard(slot_key(tenant="s")) == 0
 
 
@@ -313,7 +316,6 @@ def test_the_test_client_and_the_middleware_release(conc, gcra_settings, client)
         for _ in range(4):
             response = client.get("/missing/", HTTP_X_TENANT="m")
             assert response.status_code == 404
-            flush()
     assert conc.zcard(slot_key(tenant="m")) == 0
 
 
@@ -352,7 +354,6 @@ def test_an_async_disconnect_cancels_the_view_and_releases(conc):
 
     sent = asyncio.run(run())
     assert "cancelled" in events and not any(m.get("type") == "http.response.start" for m in sent)
-    flush()
     assert conc.zcard(slot_key(tenant="d")) == 0
 
 
@@ -391,7 +392,6 @@ def test_drf_policy_throttle_holds_and_releases(conc):
         response.render()
         assert response.status_code == 200 and response["RateLimit"] == '"running";r=1;t=0'
         response.close()
-        flush()
     assert inside == [1, 1, 1, 1] and conc.zcard(slot_key(tenant="r")) == 0
 
 
@@ -404,7 +404,6 @@ def test_drf_full_limits_429_and_503_and_an_unhandled_exception_releases(conc):
     assert response.status_code == 503 and response["Retry-After"] == "1"
     for d in (*held, cap):
         d.release()
-    flush()
 
     def fails(request):
         raise RuntimeError("not an APIException")
@@ -412,7 +411,6 @@ def test_drf_full_limits_429_and_503_and_an_unhandled_exception_releases(conc):
     for _ in range(3):
         with pytest.raises(RuntimeError):
             drf_view("run", fails)(RequestFactory().get("/", HTTP_X_TENANT="q"))
-        flush()
     assert conc.zcard(slot_key(tenant="q")) == 0
 
 
@@ -426,7 +424,6 @@ def test_metrics_export_the_slots(conc):
     assert registry.get_sample_value("django_gcra_concurrency_slots_refused_total") == refused + 1
     for d in held:
         d.release()
-    flush()
     assert registry.get_sample_value("django_gcra_concurrency_slots_released_total") >= 2
 
 
@@ -441,7 +438,61 @@ def test_an_async_view_releases_when_its_response_closes(conc):
             response = await quick_async(RequestFactory().get("/", HTTP_X_TENANT="q2"))
             assert response.status_code == 200
             response.close()
-            flush()
 
     asyncio.run(run())
     assert conc.zcard(slot_key(tenant="q2")) == 0
+
+
+# -- a released slot is free for the very next decision (issue 38) ------------------------
+
+
+def test_release_then_decide_again_in_one_thread_always_gets_the_slot(conc, gcra_settings):
+    gcra_settings(DESCRIPTORS=TENANT, POLICIES=policies(one={
+        "concurrency": [{"name": "running", "key": ["tenant"], "max": 1, "ttl": 5}]}), AUDIT={"ENABLED": False})
+    refused = 0
+    for _ in range(100):
+        d = decide("one", {"tenant": "seq"})
+        refused += not d.allowed
+        d.release()
+    assert refused == 0
+
+
+def test_arelease_then_adecide_again_always_gets_the_slot(conc, gcra_settings):
+    gcra_settings(DESCRIPTORS=TENANT, POLICIES=policies(one={
+        "concurrency": [{"name": "running", "key": ["tenant"], "max": 1, "ttl": 5}]}), AUDIT={"ENABLED": False})
+
+    async def run():
+        refused = 0
+        for _ in range(100):
+            d = await adecide("one", {"tenant": "aseq"})
+            refused += not d.allowed
+            await d.arelease()
+        return refused
+
+    assert asyncio.run(run()) == 0
+
+
+def test_after_every_holder_released_two_callers_get_slots(conc):
+    held = [decide("run", {"tenant": "h2"}) for _ in range(2)]
+    assert all(d.allowed for d in held)
+    for d in held:
+        d.release()
+    again = [decide("run", {"tenant": "h2"}) for _ in range(2)]
+    assert [d.allowed for d in again] == [True, True]
+    for d in again:
+        d.release()
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_sequential_requests_of_one_client_never_meet_their_own_released_slot(conc, gcra_settings, client):
+    gcra_settings(DESCRIPTORS=TENANT, POLICIES=policies(one={
+        "concurrency": [{"name": "running", "key": ["tenant"], "max": 1, "ttl": 5}]}), AUDIT={"ENABLED": False})
+    client.raise_request_exception = False
+    statuses = []
+    for url in ["/boom-one/", "/boom-one/", "/fine-one/", "/stream-one/", "/fine-one/", "/stream-one/"]:
+        response = client.get(url, HTTP_X_TENANT="seq")
+        if response.streaming:
+            b"".join(response.streaming_content)
+            response.close()
+        statuses.append(response.status_code)
+    assert statuses == [500, 500, 200, 200, 200, 200]

@@ -26,8 +26,12 @@ So the asyncio pool
   decision is answered as soon as there is evidence that Redis is unwell (that failed
   set-up, or the circuit opening), not after a wall-clock wait that would measure the
   event loop's backlog (``_SetUpMixin``);
-- skips ``CLIENT SETINFO``, so that a paused Redis (which still accepts TCP connections)
-  costs a decision its read timeout and not the set-up budget.
+- skips ``CLIENT SETINFO`` and speaks RESP2 (redis-py 8 would send ``HELLO 3`` while
+  connecting), so that a paused Redis (which still accepts TCP connections) costs a
+  decision its read timeout and not the set-up budget; and once a round trip has timed
+  out (evidence that Redis is unwell), a decision waits for a set-up at most its own read
+  timeout, until a round trip or a set-up succeeds again (AUTH and SELECT still need the
+  server). Every limiter connection, sync and async, speaks RESP2: one handshake less.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ __all__ = ["ASYNC_MAX_CONNECTIONS", "ConnectionSetUpFailed", "FairTimer", "Senti
 ASYNC_MAX_CONNECTIONS = 50  # per event loop and alias (redis-py's BlockingConnectionPool default)
 
 # What a native asyncio connection accepts of a sync pool's connection kwargs.
-_ASYNC_KWARGS = ("host", "port", "path", "db", "username", "password", "client_name", "credential_provider",
+_ASYNC_KWARGS = ("host", "port", "path", "db", "username", "password", "client_name", "credential_provider", "protocol",
                  "ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_data", "ssl_check_hostname")
 _ASYNC_CONNECTIONS = {redis.Connection: redis.asyncio.Connection,
                       redis.UnixDomainSocketConnection: redis.asyncio.UnixDomainSocketConnection,
@@ -154,6 +158,7 @@ class _SetUpMixin:
         self._deadlines: dict[Any, FairTimer] = {}  # connection in use -> its round trip's deadline
         self._expired: set[Any] = set()  # in use, and its deadline passed: never handed out again
         self.round_trip_timeouts = 0
+        self._suspect = False  # a round trip timed out, and none (nor a set-up) has succeeded since
         self._progress = 0  # bumped whenever a connection is handed over, released or set up (or fails to be)
         self.setups = self.setup_failures = self.waits = 0  # connections set up, failed set-ups, decisions that waited
         self.longest_wait = 0.0  # seconds
@@ -175,6 +180,8 @@ class _SetUpMixin:
         self.waits += 1
         started = loop.time()
         timer = loop.call_later(self.setup_timeout / _STALL_TICKS, self._tick, waiter, self._progress, 0)
+        suspect = FairTimer(loop, self.read_timeout, lambda: self._give_up(waiter), _READ_TICKS) \
+            if self._suspect else None
         try:
             return self._armed(await waiter)
         except asyncio.CancelledError:
@@ -185,6 +192,8 @@ class _SetUpMixin:
             raise
         finally:
             timer.cancel()
+            if suspect is not None:
+                suspect.cancel()
             self.longest_wait = max(self.longest_wait, loop.time() - started)
             try:
                 self._waiters.remove(waiter)
@@ -197,11 +206,18 @@ class _SetUpMixin:
                                                 lambda: self._timed_out(connection), _READ_TICKS)
         return connection
 
+    def _give_up(self, waiter: asyncio.Future[Any]) -> None:
+        """A decision that waited its read timeout for a set-up while Redis is suspect."""
+        if not waiter.done():
+            waiter.set_exception(ConnectionSetUpFailed(
+                f"no connection to Redis within {self.read_timeout * 1000:g} ms after a round trip timed out"))
+
     def _timed_out(self, connection: Any) -> None:
         """The round trip on ``connection`` outlasted ``read_timeout``: its pending read
         raises ``TimeoutError`` and the socket is closed (a late reply is never read)."""
         self._deadlines.pop(connection, None)
         self._expired.add(connection)
+        self._suspect = True
         self.round_trip_timeouts += 1
         where = connection._host_error() if hasattr(connection, "_host_error") else "Redis"
         error = redis.TimeoutError(f"Timeout reading from {where}")
@@ -219,6 +235,8 @@ class _SetUpMixin:
         self._progress += 1
         expired = connection in self._expired
         self._expired.discard(connection)
+        if not expired and deadline is not None:
+            self._suspect = False  # a round trip ended in time
         should_reconnect = getattr(connection, "should_reconnect", None)
         if connection.is_connected and not expired and not (should_reconnect and should_reconnect()):
             self._hand_over(connection)
@@ -308,6 +326,7 @@ class _SetUpMixin:
             await connection.disconnect(nowait=True)
             raise
         self._setting_up = None
+        self._suspect = False
         self.setups += 1
         # From now on only round trips, each bounded by a FairTimer of ``read_timeout``
         # armed when the connection is handed out (a reconnect redis-py might attempt on
@@ -339,9 +358,11 @@ def endpoint_name(config: dict[str, Any]) -> str:
 
 
 def tight_kwargs(kwargs: dict[str, Any], timeouts: Timeouts, retry: Any) -> dict[str, Any]:
-    """Connection kwargs with the limiter's timeouts and ``retry`` instead of the cache's."""
-    out = {k: v for k, v in kwargs.items() if k not in ("connection_pool", "retry_on_error", "retry_on_timeout")}
-    out.update(socket_timeout=timeouts.read, socket_connect_timeout=timeouts.connect, retry=retry)
+    """Connection kwargs with the limiter's timeouts and ``retry`` instead of the cache's, and
+    RESP2 (no ``HELLO`` on connect; redis-py 8's maintenance notifications need RESP3)."""
+    out = {k: v for k, v in kwargs.items()
+           if k not in ("connection_pool", "retry_on_error", "retry_on_timeout", "maint_notifications_config")}
+    out.update(socket_timeout=timeouts.read, socket_connect_timeout=timeouts.connect, retry=retry, protocol=2)
     return out
 
 

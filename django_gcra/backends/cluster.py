@@ -96,7 +96,7 @@ def _tight(client: ClusterClient, read: float, connect: float) -> tuple[list[tup
     nodes, _ = startup_nodes(client.locations)
     kwargs = {k: v for k, v in client.cluster_kwargs().items()
               if k not in ("connection_pool", "retry", "retry_on_error", "retry_on_timeout")}
-    kwargs.update(socket_timeout=read, socket_connect_timeout=connect)
+    kwargs.update(socket_timeout=read, socket_connect_timeout=connect, protocol=2)  # RESP2: no HELLO on connect
     return nodes, kwargs
 
 

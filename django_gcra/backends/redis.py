@@ -158,7 +158,7 @@ class RedisBackend(Backend):
     def keeper(self) -> SlotKeeper:
         """Releases and extends this store's concurrency slots (a background thread, made once)."""
         if self._keeper is None:
-            self._keeper = SlotKeeper(self.get_client)
+            self._keeper = SlotKeeper(self.get_client, get_async_client=self.get_async_client)
         return self._keeper
 
     def _outcome(self, reply: Sequence[Any], specs: Sequence[LimitSpec], cost: int, least: int | None,

@@ -3,20 +3,19 @@
 A decision that passes a concurrency limit holds a slot: its token in the limit's ZSET,
 scored by when it expires (Redis time + ``ttl``, set by the decision's script call).
 
-- ``Slots.release()`` only queues the release; one background thread per store
-  (``SlotKeeper``) sends the queued ZREMs as one pipeline (no round trip on the response
-  path), wakes as soon as something is queued, and flushes at interpreter exit. A release
-  that fails is counted (``stats.release_failures``) and logged, never retried: the
-  slot's ttl frees it anyway. The thread sends at most one pipeline every
-  ``FLUSH_INTERVAL`` seconds: an idle process's release goes out at once, while under
-  load one pipeline carries every release of the last interval (a slot is then free
-  again up to ``FLUSH_INTERVAL`` after its response), and the request threads are not
-  made to hand the GIL to the keeper for every request.
+- ``Slots.release()`` (``arelease()``) sends the slot's ZREMs at once, as one pipeline, and
+  returns when they reached Redis: the slot is free for every later decision, in this
+  process at once and in the others as soon as they ask. The surfaces release when the
+  response is closed, after its body is out, so no round trip is added before the
+  response. A release that fails is counted (``stats.release_failures``) and logged,
+  never retried: the slot's ttl frees it anyway.
 - The same thread extends every slot still held by this process every ``ttl / 3`` (a
   pipelined ``ZADD XX`` per key, scored from Redis time), so a long request keeps its slot
   while a dead process's slots are free again at most ``ttl`` after it died.
 - A ``Slots`` object dropped without being released (a decision from ``decide()`` that
-  the caller forgot) is released when it is garbage collected, and counted as abandoned.
+  the caller forgot) is released when it is garbage collected, and counted as abandoned:
+  a finalizer may run anywhere, even inside a call on the same connection pool, so that
+  release alone is queued for the background thread (``SlotKeeper``), which sends it at once.
 - ``LocalSlots`` are the per-process semaphores of ``on_failure="local"``.
 """
 
@@ -53,9 +52,6 @@ for i = 1, #KEYS do
 end
 return kept
 """
-
-
-FLUSH_INTERVAL = 0.01  # seconds: the keeper sends at most one pipeline of releases this often
 
 
 class SlotStats:
@@ -130,25 +126,31 @@ class Slots:
         self.extended_at = time.monotonic()
 
     def release(self) -> None:
-        if self.released:
-            return
-        self.released = True
-        self.keeper.release(self)
+        if not self.released:
+            self.released = True
+            self.keeper.release(self)
+
+    async def arelease(self) -> None:
+        if not self.released:
+            self.released = True
+            await self.keeper.arelease(self)
 
     def __del__(self) -> None:
         if not self.released:
             try:
                 stats.add("abandoned")
-                self.release()
+                self.released = True
+                self.keeper.release_later(self)
             except Exception:  # never raise from a finalizer (at exit the keeper may be gone)
                 pass
 
 
 class SlotKeeper:
-    """Releases and extends the slots of one store from one background thread."""
+    """Releases the slots of one store, and extends them from one background thread."""
 
-    def __init__(self, get_client: Callable[[], Any], name: str = "") -> None:
-        self.get_client, self.name = get_client, name
+    def __init__(self, get_client: Callable[[], Any], name: str = "",
+                 get_async_client: Callable[[], Any] | None = None) -> None:
+        self.get_client, self.name, self.get_async_client = get_client, name, get_async_client
         # Weak: a Slots its decision dropped unreleased is collected, released by __del__, no longer extended.
         self.held: weakref.WeakSet[Slots] = weakref.WeakSet()
         self._queue: deque[Slots] = deque()
@@ -157,11 +159,10 @@ class SlotKeeper:
         self._pid = 0
         self._logged_at = 0.0
         self._unlogged = 0
-        self._flushed_at = 0.0
         self._sending = threading.Lock()  # held while a batch is on its way: flush() waits for it
         keepers.add(self)
 
-    # -- the request side: cheap, never blocks on the network
+    # -- the request side
     def acquired(self, keys: tuple[str, ...], ttls: tuple[int, ...], token: str) -> Slots:
         slots = Slots(self, keys, ttls, token)
         with self._cond:
@@ -171,6 +172,39 @@ class SlotKeeper:
         return slots
 
     def release(self, slots: Slots) -> None:
+        """Free ``slots`` in Redis now (one pipelined round trip)."""
+        with self._cond:
+            self.held.discard(slots)
+        try:
+            pipe = self.get_client().pipeline(transaction=False)
+            for key in slots.keys:
+                pipe.zrem(key, slots.token)
+            pipe.execute()
+        except Exception as exc:
+            self._release_failed(1, exc)
+        else:
+            stats.add("released")
+
+    async def arelease(self, slots: Slots) -> None:
+        """``release()`` on the event loop's own client (the sync one, when there is none)."""
+        client = self.get_async_client() if self.get_async_client else None
+        if client is None:
+            self.release(slots)
+            return
+        with self._cond:
+            self.held.discard(slots)
+        try:
+            async with client.pipeline(transaction=False) as pipe:
+                for key in slots.keys:
+                    pipe.zrem(key, slots.token)
+                await pipe.execute()
+        except Exception as exc:
+            self._release_failed(1, exc)
+        else:
+            stats.add("released")
+
+    def release_later(self, slots: Slots) -> None:
+        """Queue ``slots``' release for the background thread (a finalizer's release)."""
         with self._cond:
             self.held.discard(slots)
             self._queue.append(slots)
@@ -197,12 +231,6 @@ class SlotKeeper:
             with self._cond:
                 if not self._queue:
                     self._cond.wait(timeout=self._next_extension())
-                busy = bool(self._queue)
-            if busy:  # under load, batch: at most one pipeline every FLUSH_INTERVAL
-                wait = self._flushed_at + FLUSH_INTERVAL - time.monotonic()
-                if wait > 0:
-                    time.sleep(wait)
-                self._flushed_at = time.monotonic()
             try:
                 self.flush()
                 self.extend_due()
@@ -218,9 +246,8 @@ class SlotKeeper:
         return max(0.01, wait)
 
     def flush(self) -> int:
-        """Send every queued release now, as one pipeline, and return once every release
-        queued before the call has reached Redis (or failed), the background thread's batch
-        in flight included; the number of slots this call released."""
+        """Send every queued (abandoned) release now, as one pipeline, and return once each
+        queued before the call has reached Redis (or failed); the number released."""
         with self._sending:
             return self._send()
 
@@ -237,8 +264,7 @@ class SlotKeeper:
                     pipe.zrem(key, slots.token)
             pipe.execute()
         except Exception as exc:
-            stats.add("release_failures", len(batch))
-            self._log_failure(len(batch), exc)
+            self._release_failed(len(batch), exc)
             return 0
         stats.add("released", len(batch))
         return len(batch)
@@ -271,7 +297,8 @@ class SlotKeeper:
         stats.add("extended", len(due))
         return len(due)
 
-    def _log_failure(self, n: int, exc: BaseException) -> None:
+    def _release_failed(self, n: int, exc: BaseException) -> None:
+        stats.add("release_failures", n)
         now = time.monotonic()
         self._unlogged += n
         if now - self._logged_at >= 10.0:
@@ -321,6 +348,14 @@ class LocalSemaphores:
                 else:
                     cls._held.pop(key, None)
         stats.add("released")
+
+    @classmethod
+    async def arelease(cls, slots: Slots) -> None:
+        cls.release(slots)
+
+    @classmethod
+    def release_later(cls, slots: Slots) -> None:
+        cls.release(slots)
 
     @classmethod
     def held_total(cls) -> int:
