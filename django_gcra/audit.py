@@ -31,6 +31,7 @@ from .conf import get_settings
 from .decision import Decision, outcome_of
 from .keys import escape
 from .metrics import audit_dropped, audit_failed
+from .worker import Worker
 
 __all__ = ["AuditRecorder", "key_of", "on_decision", "recorder"]
 
@@ -67,7 +68,7 @@ class _Entry:
 
 
 class AuditRecorder:
-    """The bounded buffer and its flusher thread (started on the first record)."""
+    """The bounded buffer and its flusher (a ``Worker``, started on the first record)."""
 
     def __init__(self, autostart: bool = True) -> None:
         self.autostart = autostart
@@ -75,8 +76,7 @@ class AuditRecorder:
         self.lock = threading.Lock()
         self.dropped = 0  # records lost to a full buffer or a failed write
         self.failures = 0  # failed writes
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self.worker = Worker("audit", self._step, first=_flush_interval)
 
     def record(self, decision: Decision, request: Any = None) -> None:
         outcome = outcome_of(decision)
@@ -102,28 +102,20 @@ class AuditRecorder:
             entry.cost += decision.cost
             entry.last = now
             entry.retry = max(entry.retry, retry)
-        if self.autostart and (self._thread is None or not self._thread.is_alive()):
-            self._start()
+        if self.autostart:
+            self.worker.start()
 
-    def _start(self) -> None:
-        with self.lock:
-            if not self._stop.is_set() and (self._thread is None or not self._thread.is_alive()):  # or forked
-                self._thread = threading.Thread(target=self._run, name="gcra-audit", daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(_flush_interval()):
-            try:
-                close_old_connections()  # the thread's own connection: drop it if broken or too old
-            except Exception:
-                pass  # flush() reports the failure if the database is really unusable
-            self.flush()
+    def _step(self) -> float:
+        try:
+            close_old_connections()  # the worker's own connection: drop it if broken or too old
+        except Exception:
+            pass  # flush() reports the failure if the database is really unusable
+        self.flush()
+        return _flush_interval()
 
     def stop(self) -> None:
-        """Stop the flusher thread after a last flush."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        """Stop the flusher after a last flush."""
+        self.worker.stop()
         self.flush()
 
     def flush(self, traceback: bool = True) -> int:

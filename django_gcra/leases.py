@@ -8,7 +8,6 @@ See docs/howto/leases.md.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from dataclasses import fields
@@ -18,6 +17,7 @@ from .backends import Backend, meanwhile
 from .backends.lease_backend import LeaseStats, LeasingBackend
 from .conf import get_settings, on_change
 from .policy import Lease, Policy
+from .worker import after_fork
 
 __all__ = ["LeaseCollector", "LeaseStats", "LeasingBackend", "lease_stats", "leasing_backend", "reset_leases"]
 
@@ -82,6 +82,7 @@ def reset_leases() -> None:
         meanwhile.pending.clear()  # the forgotten wrappers' counts, queued for a write (none may come)
 
 
+@after_fork
 def _forget_in_child() -> None:
     # A forked worker must not spend the units its parent holds: both would admit them.
     global _wrappers_lock, generation
@@ -90,10 +91,6 @@ def _forget_in_child() -> None:
     _wrappers.clear()
     _by_policy.clear()
     meanwhile.pending.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class LeaseCollector:

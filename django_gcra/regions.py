@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -44,6 +43,7 @@ from .keys import escape
 from .policy import Limit, Policy
 from .signals import observers
 from .store import cache_connection, in_event_loop
+from .worker import Worker, after_fork
 
 __all__ = ["RebalanceResult", "RegionCollector", "ShareState", "next_shares", "observe_demand", "on_decision",
            "rebalance", "scale", "share_of", "state", "status_lines", "tick"]
@@ -115,9 +115,10 @@ class ShareState:
         self.failing = False
         self.next_sync = 0.0  # monotonic
         self.synced_at: float | None = None  # monotonic, last successful sync
-        self.sync_lock = threading.Lock()  # held by the one sync in flight
-        self.idle = threading.Event()
+        self.sync_lock = threading.Lock()  # held while a tick decides whether a sync is due
+        self.idle = threading.Event()  # clear while a sync is asked for or in flight
         self.idle.set()
+        self.worker = Worker("regions", self._sync_step, first=None)
         self.listeners: list[Callable[[], None]] = []
 
     def reset(self) -> None:
@@ -148,21 +149,21 @@ class ShareState:
         if regions is None:
             return None
         if self.sync_lock.acquire(blocking=False):
-            if time.monotonic() < self.next_sync:
+            try:
+                if time.monotonic() >= self.next_sync:
+                    self.next_sync = time.monotonic() + regions.refresh
+                    self.idle.clear()
+                    self.worker.wake()
+            finally:
                 self.sync_lock.release()
-                return self.version
-            self.next_sync = time.monotonic() + regions.refresh
-            self.idle.clear()
-            threading.Thread(target=self._sync_in_thread, name="gcra-regions", daemon=True).start()
         if not self.loaded and not self.failing and not in_event_loop():
             self.idle.wait(get_settings().timeout)
         return self.version
 
-    def _sync_in_thread(self) -> None:
+    def _sync_step(self) -> None:
         try:
             self.sync()
         finally:
-            self.sync_lock.release()
             self.idle.set()
 
     def count(self, policy: str, limits: Iterable[str], cost: int, values: Mapping[str, str] | None = None) -> None:
@@ -251,6 +252,7 @@ state = ShareState()
 on_change(state.reset)
 
 
+@after_fork
 def _forget_in_child() -> None:
     # A forked worker has no thread behind a sync its parent had in flight, and must not
     # report its parent's demand a second time; it keeps the parent's shares.
@@ -258,10 +260,6 @@ def _forget_in_child() -> None:
     state.idle = threading.Event()
     state.idle.set()
     state.demand, state.keys, state.totals, state.next_sync = {}, {}, {}, 0.0
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def tick() -> int | None:

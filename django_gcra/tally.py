@@ -41,7 +41,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -53,6 +52,7 @@ from .backends.key_lease import counted
 from .conf import get_settings
 from .decision import Decision, outcome_of
 from .store import cache_connection
+from .worker import Worker, after_fork
 
 __all__ = ["MAX_LISTED", "MAX_NEAR", "NEAR_KEPT", "NEAR_SHARE", "Tally", "on_decision", "read", "read_keys",
            "read_near", "tally"]
@@ -95,14 +95,15 @@ class _Admissions:
 
 
 class Tally:
-    """The process's counters and their flusher thread (started on the first decision)."""
+    """The process's counters and their flusher (a ``Worker``, started on the first decision)."""
 
     def __init__(self, autostart: bool = True) -> None:
         self.autostart = autostart
+        self.worker = Worker("tally", self._step, first=_interval)
         self.forget()
 
     def forget(self) -> None:
-        """No counts, no thread, fresh locks: a new tally (a forked child's own)."""
+        """No counts, fresh locks: a new tally (a forked child's own)."""
         self.lock = threading.Lock()
         self._pending: dict[tuple[str, str, str], int] = {}  # (read as ``pending``: with the admissions folded in)
         self.pending_keys: dict[tuple[str, str, str], int] = {}
@@ -114,9 +115,6 @@ class Tally:
         self.listed_policies: set[str] = set()
         self.pending_near: dict[tuple[str, str, str], tuple[float, dict[str, str]]] = {}
         self._admitted: dict[tuple[str, str], _Admissions] = {}
-        self._thread: threading.Thread | None = None
-        self._started_in = 0  # the pid that started the thread: a forked child starts its own
-        self._stop = threading.Event()
 
     def observe(self, sender: Any, decision: Decision, request: Any = None) -> None:
         """Count ``decision``: the observer of every decision (``signals.observers``, as
@@ -135,8 +133,8 @@ class Tally:
                         self._near(decision, state.name, (state.burst - state.remaining) / state.burst)
             else:
                 self._count(decision)
-            if self._started_in != _pid and self.autostart:  # the thread's loop never raises: it runs until stop()
-                self._start()
+            if self.autostart:
+                self.worker.start()
         except Exception:
             logger.exception("django_gcra: could not count a decision")
 
@@ -243,21 +241,12 @@ class Tally:
             if known is None or known[0] < share:
                 self.pending_near[field] = (share, descriptors)
 
-    def _start(self) -> None:
-        with self.lock:
-            if not self._stop.is_set() and (self._thread is None or not self._thread.is_alive()):
-                self._thread = threading.Thread(target=self._run, name="gcra-tally", daemon=True)
-                self._thread.start()
-            self._started_in = _pid
-
-    def _run(self) -> None:
-        while not self._stop.wait(_interval()):
-            self.flush()
+    def _step(self) -> float:
+        self.flush()
+        return _interval()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self.worker.stop()
         self.flush()
 
     def flush(self, now: float | None = None) -> bool:
@@ -373,20 +362,14 @@ def read_near(since: float, until: float, count: int = 10) -> list[dict[str, Any
 
 tally = Tally()
 metrics.count_decisions_from(tally.decision_totals)
-_pid = os.getpid()  # this process's (a forked child's own after the fork: it starts its own thread)
 
 
+@after_fork
 def _forked() -> None:
-    """In a forked child: its own pid, and counts of its own (the parent flushes and exports
-    what it counted; a child keeping a copy would count it twice), with fresh locks."""
-    global _pid
-    _pid = os.getpid()
+    """In a forked child: counts of its own (the parent flushes and exports what it
+    counted; a child keeping a copy would count it twice), with fresh locks."""
     tally.forget()
     metrics.forget_exported()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
 
 
 on_decision = tally.observe  # the observer of every decision (apps.ready puts it in signals.observers)

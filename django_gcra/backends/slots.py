@@ -9,7 +9,7 @@ scored by when it expires (Redis time + ``ttl``, set by the decision's script ca
   response is closed, after its body is out, so no round trip is added before the
   response. A release that fails is counted (``stats.release_failures``) and logged,
   never retried: the slot's ttl frees it anyway.
-- The same thread extends every slot still held by this process every ``ttl / 3`` (a
+- A background ``Worker`` extends every slot still held by this process every ``ttl / 3`` (a
   pipelined ``ZADD XX`` per key, scored from Redis time), so a long request keeps its slot
   while a dead process's slots are free again at most ``ttl`` after it died.
 - A ``Slots`` object dropped without being released (a decision from ``decide()`` that
@@ -34,6 +34,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.cluster import RedisCluster
+
+from ..worker import Worker, after_fork
 
 logger = logging.getLogger("django_gcra")
 
@@ -93,21 +95,17 @@ _counter = itertools.count()
 _prefix = ""
 
 
+@after_fork
 def _new_prefix() -> None:
+    """This process's token prefix (a forked child's own), and its keepers' state: the
+    parent's slots are the parent's to keep and release."""
     global _prefix
     _prefix = f"{uuid.uuid4().hex[:12]}:{os.getpid()}:"
+    for keeper in list(keepers):
+        keeper.forget()
 
 
 _new_prefix()
-os.register_at_fork(after_in_child=_new_prefix)
-
-
-def _after_fork() -> None:
-    for keeper in list(keepers):  # a lock the parent's keeper held while sending stays held in the child
-        keeper._sending = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork)
 
 
 def new_token() -> str:
@@ -146,34 +144,37 @@ class Slots:
 
 
 class SlotKeeper:
-    """Releases the slots of one store, and extends them from one background thread."""
+    """Releases the slots of one store, and extends them from a background ``Worker``."""
 
     def __init__(self, get_client: Callable[[], Any], name: str = "",
                  get_async_client: Callable[[], Any] | None = None) -> None:
         self.get_client, self.name, self.get_async_client = get_client, name, get_async_client
+        self.worker = Worker(f"slots{name}", self._step, first=self._next_extension)
+        self._logged_at = 0.0
+        self._unlogged = 0
+        self.forget()
+        keepers.add(self)
+
+    def forget(self) -> None:
+        """No slots held or queued, fresh locks (a forked child's keeper)."""
         # Weak: a Slots its decision dropped unreleased is collected, released by __del__, no longer extended.
         self.held: weakref.WeakSet[Slots] = weakref.WeakSet()
         self._queue: deque[Slots] = deque()
-        self._cond = threading.Condition(threading.RLock())  # (a __del__ may release while it is held)
-        self._thread: threading.Thread | None = None
-        self._pid = 0
-        self._logged_at = 0.0
-        self._unlogged = 0
+        self._lock = threading.RLock()  # (a __del__ may release while it is held)
         self._sending = threading.Lock()  # held while a batch is on its way: flush() waits for it
-        keepers.add(self)
 
     # -- the request side
     def acquired(self, keys: tuple[str, ...], ttls: tuple[int, ...], token: str) -> Slots:
         slots = Slots(self, keys, ttls, token)
-        with self._cond:
+        with self._lock:
             self.held.add(slots)
         stats.add("acquired")
-        self._ensure_thread()
+        self.worker.start()  # the heartbeat
         return slots
 
     def release(self, slots: Slots) -> None:
         """Free ``slots`` in Redis now (one pipelined round trip)."""
-        with self._cond:
+        with self._lock:
             self.held.discard(slots)
         try:
             pipe = self.get_client().pipeline(transaction=False)
@@ -191,7 +192,7 @@ class SlotKeeper:
         if client is None:
             self.release(slots)
             return
-        with self._cond:
+        with self._lock:
             self.held.discard(slots)
         try:
             async with client.pipeline(transaction=False) as pipe:
@@ -205,38 +206,16 @@ class SlotKeeper:
 
     def release_later(self, slots: Slots) -> None:
         """Queue ``slots``' release for the background thread (a finalizer's release)."""
-        with self._cond:
+        with self._lock:
             self.held.discard(slots)
             self._queue.append(slots)
-            self._cond.notify()
-        self._ensure_thread()
-
-    def _ensure_thread(self) -> None:
-        # The thread never returns (its loop survives any error); only a fork leaves it behind.
-        if self._thread is not None and self._pid == os.getpid():
-            return
-        with self._cond:
-            if self._thread is not None and self._pid == os.getpid():
-                return
-            if self._thread is not None:  # a forked child: the parent's slots are the parent's to keep
-                self.held = weakref.WeakSet()
-                self._queue.clear()
-            self._pid = os.getpid()
-            self._thread = threading.Thread(target=self._run, name=f"django_gcra-slots{self.name}", daemon=True)
-            self._thread.start()
+        self.worker.wake()
 
     # -- the background side
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if not self._queue:
-                    self._cond.wait(timeout=self._next_extension())
-            try:
-                self.flush()
-                self.extend_due()
-            except Exception:  # the thread must outlive any bug; the ttl is the backstop
-                logger.exception("django_gcra: the concurrency slot keeper failed")
-                time.sleep(0.1)
+    def _step(self) -> float:
+        self.flush()
+        self.extend_due()
+        return self._next_extension()
 
     def _next_extension(self) -> float:
         """Seconds until the earliest held slot is due for extension (at most 1)."""
@@ -252,7 +231,7 @@ class SlotKeeper:
             return self._send()
 
     def _send(self) -> int:
-        with self._cond:
+        with self._lock:
             batch = list(self._queue)
             self._queue.clear()
         if not batch:
@@ -272,7 +251,7 @@ class SlotKeeper:
     def extend_due(self, force: bool = False) -> int:
         """Extend the held slots due (all with ``force``): one pipelined script call each."""
         now = time.monotonic()
-        with self._cond:  # (a request thread may add one meanwhile)
+        with self._lock:  # (a request thread may add one meanwhile)
             held = list(self.held)
         due = [s for s in held if force or now - s.extended_at >= min(s.ttls) / 3e6]
         if not due:
