@@ -168,7 +168,7 @@ def test_the_database_check_warns_of_a_stored_override_that_cannot_run():
     bad = LimitOverride.objects.create(policy="browser", limit="tenant", match={"tenant": "acme"}, burst=2**40)
     LimitOverride.objects.create(policy="browser", limit="tenant", match={"tenant": "beta"}, burst=9)
     found = [m for m in checks.run_checks(databases=["default"], tags=["django_gcra"]) if m.id == "django_gcra.W030"]
-    assert [m.msg for m in found] == [
+    assert [m.msg for m in found] == [(
         f"LimitOverride {bad.pk} (browser.tenant [tenant=acme]) cannot run, so it is ignored: Rate 60/60s with burst "
         "1099511627776 takes 34865 years to refill; the most is 143 (the settings refuse it too: E003). Use a shorter "
-        "period or a smaller burst."]
+        "period or a smaller burst.")]
