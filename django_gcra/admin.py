@@ -115,6 +115,8 @@ class LimitOverrideAdmin(admin.ModelAdmin):
         burst = (conf["burst"] or conf["burst_default"]) if conf else "?"
         parts = [f"rate {rate} → {obj.rate}" if obj.rate else f"rate {rate}",
                  f"burst {burst} → {obj.burst}" if obj.burst is not None else f"burst {burst}"]
+        if obj.quota is not None:
+            parts.append(f"quota → {obj.quota}")
         return ", ".join(parts)
 
     @admin.display(description=_("mode"), ordering="mode")

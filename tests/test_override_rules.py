@@ -159,7 +159,7 @@ def test_the_dashboard_counts_the_allowed_decisions_of_each_limit(admin_client, 
     assert row is not None
     cells = dict(re.findall(r'<td class="num (seen|allowed|denied)">(\d+)', row.group(0)))
     assert cells == {"seen": "4", "allowed": "3", "denied": "1"}
-    assert '<th class="num">Allowed</th>' in page
+    assert '>Allowed</th>' in page
 
 
 def test_the_database_check_warns_of_a_stored_override_that_cannot_run():
@@ -172,3 +172,18 @@ def test_the_database_check_warns_of_a_stored_override_that_cannot_run():
         f"LimitOverride {bad.pk} (browser.tenant [tenant=acme]) cannot run, so it is ignored: Rate 60/60s with burst "
         "1099511627776 takes 34865 years to refill; the most is 143 (the settings refuse it too: E003). Use a shorter "
         "period or a smaller burst.")]
+
+
+def test_gcra_status_lists_a_stored_override_that_cannot_run_as_not_in_force(fake_redis):
+    import io
+
+    from django.core.management import call_command
+
+    LimitOverride.objects.create(policy="browser", limit="tenant", match={"tenant": "acme"}, quota=5)
+    LimitOverride.objects.create(policy="browser", limit="tenant", match={"tenant": "beta"}, burst=9)
+    out = io.StringIO()
+    call_command("gcra_status", stdout=out)
+    text = out.getvalue()
+    assert ("browser.tenant [tenant=acme]: NOT IN FORCE: Limit tenant is a gcra limit, not a calendar quota: it has "
+            "no quota. Change its rate or burst instead.") in text
+    assert "browser.tenant [tenant=beta]: mode enforce, rate as configured, burst 9" in text
