@@ -79,7 +79,10 @@ class LimitOverride(models.Model):
         ]
 
     def __str__(self) -> str:
-        match = ", ".join(f"{k}={v}" for k, v in sorted((self.match or {}).items())) or "*"
+        if isinstance(self.match, dict):
+            match = ", ".join(f"{k}={v}" for k, v in sorted(self.match.items(), key=str)) or "*"
+        else:  # (written without validation: shown as it is, never a crash of the list that says so)
+            match = repr(self.match)
         return f"{self.policy}.{self.limit} [{match}]"
 
     def full_clean(self, exclude: Any = None, validate_unique: bool = True, validate_constraints: bool = True) -> None:

@@ -36,6 +36,7 @@ HOSTILE = [
     ({"rate": "1/100000000000d"}, "rate", REFILL),
     ({"burst": 2**40}, "burst", REFILL),
     ({"rate": "1000/s", "burst": 2**43}, "burst", REFILL),
+    ({"rate": "1/d", "burst": 2**20}, "burst", REFILL),  # (a burst any database's integer column holds)
     ({"quota": 10**13}, "quota", "from 1 to 1,000,000,000,000"),
     ({"quota": 1000}, "quota", "is a gcra limit, not a calendar quota"),
     ({"policy": "exports", "limit": "log", "burst": 9}, "burst", "sliding_log limit: it takes no burst"),
@@ -126,6 +127,15 @@ def test_an_override_stored_without_validation_shows_not_in_force_with_the_reaso
     assert re.search(r"browser\.tenant \[tenant=acme\]</a></td><td class=\"reason\">not in force: Rate "
                      r"1/8640000000000000s with burst 2 takes \d+ years to refill", dashboard)
     assert {r.limit: r.overrides for r in response.context["rows"] if r.policy == "browser"} == {"tenant": 1}
+
+
+def test_a_match_written_without_validation_is_listed_not_in_force_never_a_crash(admin_client, fake_redis):
+    LimitOverride.objects.create(policy="browser", limit="tenant", match=["acme"], burst=9)
+    LimitOverride.objects.create(policy="browser", limit="tenant", match={"tenant": {"id": 1}}, burst=9)
+    for url in (LIST, DASHBOARD):
+        page = html.unescape(admin_client.get(url).content.decode())
+        assert "browser.tenant [['acme']]" in page and "not in force: The match must map descriptor names" in page
+        assert "not in force: Descriptor values must be strings: tenant." in page
 
 
 def test_an_override_of_a_limit_no_longer_configured_shows_not_in_force(admin_client, fake_redis, gcra_settings):
