@@ -22,6 +22,7 @@ from . import catalog, overrides
 from .dashboard import dashboard
 from .forms import LimitOverrideForm, configured
 from .models import AuditEvent, Dashboard, LimitOverride
+from .override_rules import override_problem
 from .report import report_csv, shadow_report
 
 OUTCOME_LABELS = {"denied": _("denied"), "shadow_denied": _("shadow"), "fallback_denied": _("fallback")}
@@ -47,11 +48,15 @@ class ActiveFilter(admin.SimpleListFilter):
     parameter_name = "active"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        return [("yes", _("in force")), ("expired", _("expired")), ("disabled", _("disabled"))]
+        return [("yes", _("in force")), ("expired", _("expired")), ("disabled", _("disabled")),
+                ("broken", _("cannot run"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() == "yes":
-            return queryset.in_force()  # type: ignore[attr-defined, no-any-return]
+        if self.value() in ("yes", "broken"):  # the limiter's rule: enabled, unexpired, and runnable
+            catalog.discover()
+            candidates = queryset.in_force() if self.value() == "yes" else queryset  # type: ignore[attr-defined]
+            broken = [o.pk for o in candidates if override_problem(o) is not None]
+            return candidates.exclude(pk__in=broken) if self.value() == "yes" else queryset.filter(pk__in=broken)
         if self.value() == "expired":
             return queryset.filter(expires_at__lte=timezone.now())
         if self.value() == "disabled":
@@ -90,7 +95,7 @@ class LimitOverrideAdmin(admin.ModelAdmin):
     readonly_fields = ["created_at", "updated_at", "changed_by"]
     fieldsets = [
         (None, {"fields": ["policy", "limit", "match"]}),
-        (_("Effect"), {"fields": ["rate", "burst", "mode", "enabled", "expires_at"]}),
+        (_("Effect"), {"fields": ["rate", "burst", "quota", "mode", "enabled", "expires_at"]}),
         (_("Why"), {"fields": ["reason", "changed_by", "created_at", "updated_at"]}),
     ]
     actions = [
@@ -110,6 +115,8 @@ class LimitOverrideAdmin(admin.ModelAdmin):
         burst = (conf["burst"] or conf["burst_default"]) if conf else "?"
         parts = [f"rate {rate} → {obj.rate}" if obj.rate else f"rate {rate}",
                  f"burst {burst} → {obj.burst}" if obj.burst is not None else f"burst {burst}"]
+        if obj.quota is not None:
+            parts.append(f"quota → {obj.quota}")
         return ", ".join(parts)
 
     @admin.display(description=_("mode"), ordering="mode")
@@ -118,6 +125,10 @@ class LimitOverrideAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("in force"), ordering="expires_at")
     def state(self, obj: LimitOverride) -> str:
+        problem = override_problem(obj)
+        if problem is not None:  # saved by other means than the form (the ORM, SQL), or the settings changed
+            return str(format_html('<span class="gcra-not-in-force" title="{}">{}</span>', problem.reason,
+                                   _("not in force: %(reason)s") % {"reason": problem.reason}))
         if not obj.enabled:
             return str(_("disabled"))
         if obj.expires_at is None:
@@ -133,6 +144,10 @@ class LimitOverrideAdmin(admin.ModelAdmin):
     @admin.display(description=_("updated"), ordering="updated_at")
     def updated(self, obj: LimitOverride) -> str:
         return when(obj.updated_at)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        catalog.discover()  # the "in force" column knows the URLconf's inline limits and DRF's scopes
+        return super().changelist_view(request, extra_context)
 
     def save_model(self, request: HttpRequest, obj: LimitOverride, form: Any, change: bool) -> None:
         obj.changed_by = request.user

@@ -20,6 +20,7 @@ from .codes import Codes, Problem
 from .conf import get_settings, problems
 from .decorators import waiting_view_problems
 from .drf_checks import drf_problems
+from .override_rules import override_problem
 
 __all__ = ["check_overrides", "check_settings"]
 
@@ -105,19 +106,30 @@ def _middleware() -> list[Problem]:
 
 @checks.register("django_gcra", checks.Tags.database)
 def check_overrides(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """Overrides naming a policy or limit the plane does not define (settings, the URLconf's
-    inline ``@ratelimit`` limits, DRF's scopes): they are ignored."""
+    """Overrides the limiter ignores (``override_rules.override_problem``): naming a policy or
+    limit the plane does not define (settings, the URLconf's inline ``@ratelimit`` limits,
+    DRF's scopes), or values it cannot run (written without the form's validation)."""
     if not databases or "default" not in databases:
         return []
     from .models import LimitOverride
 
     try:
         get_settings()
-        rows = list(LimitOverride.objects.filter(enabled=True).values_list("pk", "policy", "limit"))
+        rows = list(LimitOverride.objects.filter(enabled=True).order_by("pk"))
     except Exception:  # no table yet (before migrate), or settings in error (other checks say so)
         return []
     catalog.discover()  # a URLconf that fails to import is reported by Django's own URL checks
-    known = {(p.name, lim.name) for p in catalog.policies().values() for lim in p.every_limit}
-    return [_message(Problem(Codes.STALE_OVERRIDE, f"LimitOverride {pk} overrides {policy}.{limit}, which is not "
-                             "configured; it is ignored.", "Fix the override in the admin, or disable or delete it."))
-            for pk, policy, limit in rows if (policy, limit) not in known]
+    policies = catalog.policies()
+    found = []
+    for row in rows:
+        problem = override_problem(row, policies)
+        if problem is None:
+            continue
+        if problem.field in ("policy", "limit"):
+            message = (f"LimitOverride {row.pk} overrides {row.policy}.{row.limit}, which is not configured; it is "
+                       "ignored.")
+        else:
+            message = f"LimitOverride {row.pk} ({row}) cannot run, so it is ignored: {problem.reason}"
+        found.append(_message(Problem(Codes.STALE_OVERRIDE, message,
+                                      "Fix the override in the admin, or disable or delete it.")))
+    return found

@@ -21,6 +21,7 @@ from . import catalog, fallback, tally
 from .forms import configured
 from .limiter import backend_for, plan
 from .models import AuditEvent, LimitOverride
+from .override_rules import override_problem
 
 __all__ = ["PERIODS", "dashboard", "stacked_bars"]
 
@@ -171,11 +172,16 @@ def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[st
     except Exception as exc:  # the page still shows the configuration, the audit trail and this process
         buckets, raw, error = [], {}, f"{type(exc).__name__}: {exc}"
     n = len(buckets)
-    in_force: dict[tuple[str, str], int] = {}
-    for policy_name, limit_name in LimitOverride.objects.in_force().values_list("policy", "limit"):
-        in_force[(policy_name, limit_name)] = in_force.get((policy_name, limit_name), 0) + 1
-    rows = []
     catalog.discover()  # the URLconf's inline limits and DRF's scopes, listed even before traffic
+    in_force: dict[tuple[str, str], int] = {}
+    not_in_force: list[dict[str, Any]] = []  # enabled and unexpired, but the limiter ignores them: each with the reason
+    for override in LimitOverride.objects.in_force().order_by("policy", "limit", "pk"):
+        problem = override_problem(override)
+        if problem is None:
+            in_force[(override.policy, override.limit)] = in_force.get((override.policy, override.limit), 0) + 1
+        else:
+            not_in_force.append({"override": override, "reason": problem.reason})
+    rows = []
     for policy in catalog.policies().values():
         for limit in policy.limits:
             values = configured(limit)
@@ -208,7 +214,7 @@ def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[st
         "totals": {name: sum(v) for name, v in overall.items()},
         "bars": stacked_bars(buckets, overall, WIDTH, HEIGHT), "chart_width": WIDTH, "chart_height": HEIGHT,
         "small_width": WIDTH / 3, "small_height": SMALL_HEIGHT,
-        "top": top, "near": near, "near_share": round(tally.NEAR_SHARE * 100),
+        "top": top, "near": near, "not_in_force": not_in_force, "near_share": round(tally.NEAR_SHARE * 100),
         "breakers": state["breakers"], "fallback": state["fallback"],
         "process_totals": sorted(tally.tally.totals.items()), "now": timezone.now(),
     }

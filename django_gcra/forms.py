@@ -13,8 +13,9 @@ from django.utils.translation import gettext_lazy as _
 
 from . import catalog
 from .models import LimitOverride
-from .policy import Limit, Policy, log_problem
-from .rates import Rate, parse_rate
+from .override_rules import match_problem
+from .policy import Limit, Policy
+from .rates import Rate
 
 __all__ = ["LimitOverrideForm", "configured", "match_lines", "parse_match", "rate_text"]
 
@@ -86,13 +87,9 @@ def parse_match(text: str, policy: Policy | None) -> dict[str, str]:
         if errors:
             raise forms.ValidationError(errors)
     match = dict(pairs)
-    if policy is not None:
-        unknown = sorted(set(match) - set(policy.descriptors))
-        if unknown:
-            raise forms.ValidationError(
-                _("Policy %(policy)s does not use descriptor(s) %(unknown)s; it uses %(known)s.")
-                % {"policy": policy.name, "unknown": ", ".join(unknown),
-                   "known": ", ".join(sorted(policy.descriptors))})
+    why = match_problem(match, policy) if policy is not None else None
+    if why is not None:
+        raise forms.ValidationError(why)
     return match
 
 
@@ -116,7 +113,7 @@ class LimitOverrideForm(forms.ModelForm):
 
     class Meta:
         model = LimitOverride
-        fields = ["policy", "limit", "match", "rate", "burst", "mode", "enabled", "expires_at", "reason"]
+        fields = ["policy", "limit", "match", "rate", "burst", "quota", "mode", "enabled", "expires_at", "reason"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -135,15 +132,6 @@ class LimitOverrideForm(forms.ModelForm):
             self.initial["match"] = match_lines(self.initial["match"])
         self.limits_table = limits_table(policies)
 
-    def clean_rate(self) -> str:
-        rate = str(self.cleaned_data.get("rate", "")).strip()
-        if rate:
-            try:
-                parse_rate(rate)
-            except ValueError as exc:
-                raise forms.ValidationError(str(exc)) from None
-        return rate
-
     def clean_burst(self) -> int | None:
         burst = cast("int | None", self.cleaned_data.get("burst"))
         if burst is not None and burst < 1:
@@ -151,31 +139,14 @@ class LimitOverrideForm(forms.ModelForm):
         return burst
 
     def clean(self) -> dict[str, Any]:
+        """The match's lines; every other rule (a limit of the policy, the ranges of the
+        settings) is the model's: ``LimitOverride.full_clean`` applies the limiter's own
+        (``override_rules.override_problem``) after this."""
         data = cast("dict[str, Any]", super().clean())
         policy = catalog.find(str(data.get("policy")))
-        limit = data.get("limit")
-        if policy is not None and limit is not None:
-            names = [lim.name for lim in policy.limits] + [c.name for c in policy.concurrency]
-            if limit not in names:
-                self.add_error("limit", _("Policy %(policy)s has no limit %(limit)r; its limits: %(names)s.")
-                               % {"policy": policy.name, "limit": limit, "names": ", ".join(names)})
         try:
             data["match"] = parse_match(str(self.data.get(self.add_prefix("match"), "") if self.is_bound else ""),
                                         policy)
         except forms.ValidationError as exc:
             self.add_error("match", exc)
-        concurrent = next((c for c in policy.concurrency if c.name == limit), None) if policy else None
-        if concurrent is not None and data.get("rate"):
-            self.add_error("rate", _("Limit %(limit)s is a concurrency limit: it has no rate. Its max is the burst "
-                                     "field.") % {"limit": limit})
-        configured = next((lim for lim in policy.limits if lim.name == limit), None) if policy else None
-        if configured is not None and configured.sliding:
-            if data.get("burst") is not None:
-                self.add_error("burst", _("Limit %(limit)s is a %(algorithm)s limit: it takes no burst. Change its "
-                                          "rate (N per period) instead.")
-                               % {"limit": limit, "algorithm": configured.algorithm})
-            if configured.algorithm == "sliding_log" and data.get("rate"):
-                why = log_problem(parse_rate(data["rate"]))
-                if why is not None:
-                    self.add_error("rate", why)
         return data

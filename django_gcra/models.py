@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import django
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+
+from . import catalog
+from .override_rules import override_problem
 
 __all__ = ["AccessRule", "AuditEvent", "Dashboard", "LimitOverride"]
 
@@ -21,6 +27,9 @@ class LimitOverrideQuerySet(models.QuerySet["LimitOverride"]):
         by the limiter, the admin's filter and ``gcra_status``)."""
         found: LimitOverrideQuerySet = self.filter(enabled=True).exclude(expires_at__lte=timezone.now())
         return found
+
+
+RULE_FIELDS = frozenset({"policy", "limit", "match", "rate", "burst", "quota"})  # what override_problem reads
 
 
 class LimitOverride(models.Model):
@@ -70,8 +79,29 @@ class LimitOverride(models.Model):
         ]
 
     def __str__(self) -> str:
-        match = ", ".join(f"{k}={v}" for k, v in sorted((self.match or {}).items())) or "*"
+        if isinstance(self.match, dict):
+            match = ", ".join(f"{k}={v}" for k, v in sorted(self.match.items(), key=str)) or "*"
+        else:  # (written without validation: shown as it is, never a crash of the list that says so)
+            match = repr(self.match)
         return f"{self.policy}.{self.limit} [{match}]"
+
+    def full_clean(self, exclude: Any = None, validate_unique: bool = True, validate_constraints: bool = True) -> None:
+        """Django's validation, then the rule the limiter loads overrides by
+        (``override_rules.override_problem``): an override it would ignore is refused here,
+        so the admin form never saves one. Skipped when a field it reads is excluded or
+        already in error (a form reports those first)."""
+        errors: dict[str, Any] = {}
+        try:
+            super().full_clean(exclude, validate_unique, validate_constraints)
+        except ValidationError as exc:
+            errors = exc.update_error_dict(errors)
+        if not (set(exclude or ()) | set(errors)) & RULE_FIELDS:
+            catalog.discover()  # the URLconf's inline limits and DRF's scopes are overridable too
+            problem = override_problem(self)
+            if problem is not None:
+                errors[problem.field] = [problem.reason]
+        if errors:
+            raise ValidationError(errors)
 
 
 class AuditEvent(models.Model):

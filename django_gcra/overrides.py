@@ -27,7 +27,8 @@ from django.db import close_old_connections, connections, transaction
 
 from . import catalog
 from .conf import get_settings, on_change
-from .policy import MAX_CONCURRENCY, Concurrency, Limit, Policy, log_problem, span_problem
+from .override_rules import override_problem
+from .policy import Limit, Policy
 from .rates import Rate, parse_rate
 from .store import cache_connection, in_event_loop, read_guarded
 
@@ -154,19 +155,15 @@ def load_index() -> Index:
     from .models import LimitOverride
 
     policies = catalog.policies()
-    limits: dict[tuple[str, str], Limit | Concurrency] = {
-        (p.name, lim.name): lim for p in policies.values() for lim in p.every_limit}
     rows = LimitOverride.objects.in_force().order_by("-updated_at", "-pk")
     shapes: dict[tuple[str, str], dict[tuple[str, ...], dict[tuple[str, ...], list[Compiled]]]] = {}
     for row in rows:
-        if (row.policy, row.limit) not in limits or not isinstance(row.match, dict):
+        problem = override_problem(row, policies)
+        if problem is not None:
+            if problem.field not in ("policy", "limit"):  # (a code policy may be registered later: quiet)
+                logger.warning("django_gcra: override %s ignored: %s", row.pk, problem)
             continue
-        try:
-            rate = parse_rate(row.rate) if row.rate else None
-            _check_effect(limits[(row.policy, row.limit)], rate, row.burst)
-        except ValueError as exc:
-            logger.warning("django_gcra: override %s ignored: %s", row.pk, exc)
-            continue
+        rate = parse_rate(row.rate) if row.rate else None
         names = tuple(sorted(str(k) for k in row.match))
         values = tuple(str(row.match[k]) for k in sorted(row.match, key=str))
         expires = row.expires_at.timestamp() if row.expires_at else None
@@ -176,30 +173,6 @@ def load_index() -> Index:
     for (policy, limit), by_names in shapes.items():
         index.setdefault(policy, {})[limit] = sorted(by_names.items(), key=lambda shape: -len(shape[0]))
     return index
-
-
-def _check_effect(limit: Limit | Concurrency, rate: Rate | None, burst: int | None) -> None:
-    """``ValueError`` when an override's rate and burst cannot be run (whatever wrote the row)."""
-    if burst is not None and burst < 1:
-        raise ValueError(f"burst {burst} is below 1")
-    if isinstance(limit, Concurrency):  # its burst is the max; it has no rate
-        if rate is not None:
-            raise ValueError("a concurrency limit has no rate (an override may change its max: the burst field)")
-        if burst is not None and burst > MAX_CONCURRENCY:
-            raise ValueError(f"max {burst} is above {MAX_CONCURRENCY}")
-        return
-    if limit.sliding:
-        if burst is not None:
-            raise ValueError(f"a {limit.algorithm} limit takes no burst (an override may change its rate: N and "
-                             "the period)")
-        if limit.algorithm == "sliding_log" and rate is not None:
-            why = log_problem(rate)
-            if why is not None:
-                raise ValueError(why)
-    for configured in ([rate] if rate is not None else list(limit.rates.values())):
-        why = span_problem(configured, burst if burst is not None else limit.burst_for(configured))
-        if why is not None:
-            raise ValueError(why)
 
 
 def find(index: Index, policy: str, limit: str, values: Mapping[str, str], now: float) -> Compiled | None:

@@ -11,6 +11,7 @@ from django_gcra import catalog
 from django_gcra.backends.redis import SCRIPT, SCRIPT_SHA
 from django_gcra.conf import get_settings
 from django_gcra.forms import rate_text
+from django_gcra.override_rules import override_problem
 from django_gcra.overrides import version_key
 from django_gcra.policy import Limit, Policy
 from django_gcra.store import cache_connection
@@ -132,6 +133,10 @@ class Command(BaseCommand):
         if not active:
             self.stdout.write("  none")
         for o in active:
+            problem = override_problem(o)
+            if problem is not None:  # enabled and unexpired, but the limiter ignores it
+                self.stdout.write(self.style.WARNING(f"  - {o}: NOT IN FORCE: {problem}"))
+                continue
             expiry = f", expires {o.expires_at:%Y-%m-%d %H:%M}" if o.expires_at else ""
             self.stdout.write(f"  - {o}: mode {o.mode}, rate {o.rate or 'as configured'}, "
                               f"burst {o.burst if o.burst is not None else 'as configured'}{expiry}")
