@@ -8,12 +8,14 @@ this interpreter (the current venv's python), so it imports that revision's
 ``django_gcra`` (checked first: ``django_gcra.__file__`` must lie inside the worktree).
 The runs alternate old, new, old, new... ``--repeat`` times each; each run's stdout (and
 stderr) is saved in the results directory, and each repeat's two outputs are printed
-side by side. The worktrees are removed at the end. ``<benchmark>`` is a path such as
-``benchmarks/bench_core.py`` (run as ``python -m benchmarks.bench_core``, which the
-modules with relative imports need) or anything ``python`` takes (``-m module``, ``-c``).
-``--same-bench`` copies the new revision's ``benchmarks/`` and ``tests/support/`` over the
-old worktree's, so both builds run the same benchmark code (and the old one can run a
-benchmark it does not have yet).
+side by side (one after the other when too wide). The worktrees are removed at the end.
+Only committed revisions are measured: uncommitted changes are not in any worktree.
+
+``<benchmark>`` is a path such as ``benchmarks/bench_core.py`` (run as ``python -m
+benchmarks.bench_core``, which the modules with relative imports need) or anything
+``python`` takes (``-m module``, ``-c``). ``--same-bench`` copies the new revision's
+``benchmarks/`` and ``tests/support/`` over the old worktree's, so both builds run the
+same benchmark code (and the old one can run a benchmark it does not have yet).
 
 The four benchmarks issue 39 asks for, with short flags:
 
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 
+WIDE = 110  # the widest left column printed beside the right one
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -74,6 +77,8 @@ def run_one(cmd: list[str], tree: str, env: dict, timeout: float) -> tuple[str, 
 def side_by_side(left: str, right: str, titles: tuple[str, str]) -> str:
     a, b = [titles[0], *left.splitlines()], [titles[1], *right.splitlines()]
     width = max(map(len, a))
+    if width > WIDE:  # too wide for two columns: one after the other
+        return "\n".join(a + [""] + b)
     a += [""] * (len(b) - len(a))
     b += [""] * (len(a) - len(b))
     return "\n".join(f"{x:<{width}} | {y}" for x, y in zip(a, b))

@@ -141,9 +141,9 @@ def main() -> None:
         setup_django(server.url, {"POLICIES": policies()})
         client = server.client()
         deadline = time.perf_counter() + args.seconds
-        print(f"redis-server on 127.0.0.1:{server.port}; one thread, one hot key per L; limit {LIMIT['rate']} "
-              f"burst {LIMIT['burst']}; lease {{'size': L, 'ttl': 1.0}}; the contenders alternate per round; "
-              "ns/decision: a round's time over its decisions\n")
+        print(f"redis-server on 127.0.0.1:{server.port}; one thread, one hot key per L;\n"
+              f"limit {LIMIT['rate']} burst {LIMIT['burst']}, lease {{'size': L, 'ttl': 1.0}};\n"
+              "the contenders alternate per round; ns/decision: a round's time over its decisions\n")
         for i, size in enumerate(SIZES):  # each size gets an equal share of the time left
             compare(client, size, args, time.perf_counter() + (deadline - time.perf_counter()) / (len(SIZES) - i))
     finally:
