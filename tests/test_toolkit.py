@@ -359,3 +359,87 @@ def test_admin_reset_needs_the_permission_and_is_audited(real_redis, gcra_settin
     assert decide("p", {"ip": "1.2.3.4"}).remaining == 2
     assert [row["outcome"] for row in response.context["top"]] == ["denied"]  # the reset row is no limited key
     assert client.get("/admin/django_gcra/dashboard/reset/").status_code == 405
+
+
+# -- the pytest plugin -------------------------------------------------------------------
+
+PROJECT_SETTINGS = """
+SECRET_KEY = "not secret"
+USE_TZ = True
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_gcra"]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": %r}}
+DJANGO_GCRA = {"TIMEOUT": 1000, "AUDIT": {"ENABLED": False},
+               "POLICIES": {"login": {"limits": [{"name": "ip", "key": ["ip"], "rate": "5/m", "burst": 2}]}}}
+"""
+
+PROJECT_TESTS = '''
+from django_gcra import decide
+from django_gcra.backends import clock
+
+
+def test_a_fills_the_limit():
+    assert [decide("login", {"ip": "1"}).allowed for _ in range(3)] == [True, True, False]
+
+
+def test_b_asks_for_no_fixture_and_finds_the_state_as_left():
+    assert clock.active is None
+    assert not decide("login", {"ip": "1"}).allowed
+
+
+def test_c_gcra_reset_starts_clean(gcra_reset):
+    assert decide("login", {"ip": "1"}).remaining == 1
+
+
+def test_d_gcra_clock(gcra_reset, gcra_clock):
+    assert clock.active is not None
+    assert [decide("login", {"ip": "1"}).allowed for _ in range(2)] == [True, True]
+    denied = decide("login", {"ip": "1"})
+    assert not denied.allowed and denied.retry_after == 12.0
+    gcra_clock.advance(12)
+    assert decide("login", {"ip": "1"}).allowed
+'''
+
+
+def run_project(tmp_path, redis_url, *options):
+    (tmp_path / "project_settings.py").write_text(PROJECT_SETTINGS % redis_url)
+    (tmp_path / "test_project.py").write_text(PROJECT_TESTS)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "DJANGO_SETTINGS_MODULE": "project_settings"}
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, "test_project.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_pytest_plugin_in_a_project_that_uses_pytest_django(tmp_path, redis_server, real_redis):
+    result = run_project(tmp_path, redis_server.url, "-p", "pytest_django")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 passed" in result.stdout
+
+
+def test_the_pytest_plugin_offers_nothing_without_pytest_django(tmp_path, redis_server, real_redis):
+    result = run_project(tmp_path, redis_server.url, "-p", "no:django", "-k", "gcra_clock")
+    assert result.returncode == 1
+    assert "fixture 'gcra_reset' not found" in result.stdout
+
+
+def test_the_testing_page_pytest_example_runs_as_written(tmp_path, redis_server, real_redis):
+    """docs/howto/testing.md's pytest file (and the URLconf it tests), in a project of its own."""
+    from tests.support.snippets import python_blocks
+
+    blocks = {b.path: b.code for b in python_blocks((ROOT / "docs/howto/testing.md").read_text()) if b.kind == "file"}
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp/__init__.py").write_text("")
+    for name in ("myapp/urls.py", "myapp/test_limits_pytest.py"):
+        (tmp_path / name).write_text(blocks[name])
+    (tmp_path / "project_settings.py").write_text(
+        PROJECT_SETTINGS % redis_server.url
+        + 'INSTALLED_APPS += ["rest_framework"]\nROOT_URLCONF = "myapp.urls"\nALLOWED_HOSTS = ["testserver"]\n'
+        + 'MIDDLEWARE = []\nREST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"anon": "3/m"}}\n')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "DJANGO_SETTINGS_MODULE": "project_settings"}
+    env.pop("PYTEST_ADDOPTS", None)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_django",
+                             "myapp/test_limits_pytest.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 passed" in result.stdout
