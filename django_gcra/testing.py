@@ -38,13 +38,8 @@ def reset_limits() -> int:
     forget_process_state()
     deleted = 0
     for alias in aliases:
-        client = cache_connection(alias)
-        nodes = client.get_primaries() if hasattr(client, "get_primaries") else None
-        if nodes is None:
+        for client in _primary_connections(cache_connection(alias)):  # (Redis Cluster: SCAN every primary)
             deleted += _unlink_matching(client, pattern)
-        else:  # Redis Cluster: SCAN each primary; one key per UNLINK (keys of many slots)
-            for node in nodes:
-                deleted += _unlink_matching(node.redis_connection or client.get_redis_connection(node), pattern)
     forget_process_state()  # (a decision of another thread meanwhile)
     return deleted
 
@@ -62,10 +57,24 @@ def _unlink_matching(client: Any, pattern: str) -> int:
 
 
 def _unlink(client: Any, keys: list[bytes]) -> int:
+    """One UNLINK per key (a cluster node's keys are of many slots), pipelined."""
     pipe = client.pipeline(transaction=False)
     for key in keys:
         pipe.unlink(key)
     return sum(int(n) for n in pipe.execute())
+
+
+def _primary_connections(client: Any) -> list[Any]:
+    """``client`` itself, or on Redis Cluster a plain client of each primary."""
+    if not hasattr(client, "get_primaries"):
+        return [client]
+    return [node.redis_connection or client.get_redis_connection(node) for node in client.get_primaries()]
+
+
+def _store_now_us() -> int:
+    """The store's ``TIME`` (``CACHE_ALIAS``; on Redis Cluster, a primary's), in microseconds."""
+    seconds, micros = _primary_connections(cache_connection(get_settings().cache_alias))[0].time()
+    return int(seconds) * 1_000_000 + int(micros)
 
 
 def _glob_escape(text: str) -> str:
@@ -105,11 +114,7 @@ class LimiterClock:
         if self._clock is not None:
             raise RuntimeError("this limiter_clock() is already active")
         script_clock.require_test_environment()  # (install checks it too; here before any store call)
-        if self.start is None:
-            seconds, micros = cache_connection(get_settings().cache_alias).time()
-            now_us = int(seconds) * 1_000_000 + int(micros)
-        else:
-            now_us = round(self.start * 1_000_000)
+        now_us = _store_now_us() if self.start is None else round(self.start * 1_000_000)
         clock = script_clock.ScriptClock(now_us)
         script_clock.install(clock)
         self._clock = clock

@@ -304,13 +304,13 @@ def test_gcra_reset_command(real_redis, gcra_settings):
     out = io.StringIO()
     call_command("gcra_reset", "slots", "ip=a", "--limit", "flight", stdout=out)
     assert out.getvalue().strip() == "cleared 1 key(s) of limit 'flight' of policy 'slots' for ip=a"
-    assert decide("slots", {"ip": "a"}).limits[0].remaining == 8  # the rate limit was kept
-    held.release()
-    second = decide("slots", {"ip": "a"})  # holds a slot again
+    again = decide("slots", {"ip": "a"})  # the slot is free again (held is still held), the rate limit was kept
+    assert again.allowed and again.limits[0].remaining == 8
     out = io.StringIO()
     call_command("gcra_reset", "slots", "ip=a", stdout=out)
     assert "cleared 2 key(s) of policy 'slots'" in out.getvalue()
-    second.release()
+    again.release()
+    held.release()
     for args, error in [(("nope", "ip=a"), "unknown rate-limit policy"), (("slots", "ip"), "not name=value"),
                         (("slots", "ip=a", "--limit", "x"), "no limit 'x'")]:
         with pytest.raises(CommandError, match=error):
