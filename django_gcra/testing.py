@@ -16,9 +16,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from . import leases
 from .backends import clock as script_clock
-from .conf import get_settings
+from .conf import forget_built, get_settings
 from .reset import forget_process_state, store_aliases
 from .store import cache_connection
 
@@ -118,14 +117,14 @@ class LimiterClock:
         clock = script_clock.ScriptClock(now_us)
         script_clock.install(clock)
         self._clock = clock
-        leases.reset_leases()  # every backend is built again: on the clocked store, without leases
+        forget_built()  # every backend and plan is built again: on the clocked store, without leases
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         clock, self._clock = self._clock, None
         if clock is not None:
             script_clock.uninstall(clock)
-            leases.reset_leases()  # back to the store's own time, and its leases
+            forget_built()  # back to the store's own time, and its leases
 
     def __call__(self, func: F) -> F:
         """As a decorator: the clock is active while ``func`` runs (a coroutine function too)."""

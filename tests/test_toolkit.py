@@ -443,3 +443,14 @@ def test_the_testing_page_pytest_example_runs_as_written(tmp_path, redis_server,
                             timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "3 passed" in result.stdout
+
+
+def test_a_leased_policy_across_a_clock(real_redis, gcra_settings):
+    """A leased key's memoized plan decided before, under and after a clock."""
+    gcra_settings(POLICIES={"leased": LEASED})
+    assert decide("leased", {"ip": "h"}).remaining == 9
+    with limiter_clock() as clock:
+        assert decide("leased", {"ip": "h"}).remaining == 8
+        clock.advance(6)
+        assert decide("leased", {"ip": "h"}).remaining == 8
+    assert [decide("leased", {"ip": "h"}).allowed for _ in range(6)] == [True] * 6

@@ -3,8 +3,8 @@
 ``django_gcra.testing.limiter_clock()`` installs a ``ScriptClock`` here (this process only;
 the package itself never does). Nothing on a decision's path reads ``active``: the store
 (``store._built_for``) reads it when it builds a policy's backend, and
-``testing.limiter_clock`` makes every backend be built again when a clock starts and when
-it stops (``leases.reset_leases``). While a clock is installed a decision goes to a
+``testing.limiter_clock`` makes every backend and plan be built again when a clock starts
+and when it stops (``conf.forget_built``). While a clock is installed a decision goes to a
 ``RedisBackend`` on ``ClockedClient``/``AsyncClockedClient``: one plain redis-py ``EVAL``
 of the script's source with ``clocked()``'s prelude, which answers ``redis.call('TIME')``
 with the clock's time (a literal in the script's text) and lengthens every expiry the
