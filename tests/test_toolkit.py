@@ -69,10 +69,11 @@ def test_disabled_makes_no_store_call_and_no_surface_answers_429(real_redis, gcr
 
 
 async def test_disabled_adecide_makes_no_store_call(real_redis, gcra_settings):
-    gcra_settings(ENABLED=False, POLICIES={"p": RATE})
+    gcra_settings(ENABLED=False, POLICIES={"p": RATE, "slots": SLOTS})
     before = commands(real_redis)
     decisions = [await adecide("p", {"ip": "a"}) for _ in range(10)]
-    assert all(d.allowed and d.disabled for d in decisions)
+    held = [await adecide("slots", {"ip": "a"}) for _ in range(3)]  # max 1 in flight: never full
+    assert all(d.allowed and d.disabled and d.slots is None for d in decisions + held)
     assert commands(real_redis) == before
 
 
