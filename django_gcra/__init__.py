@@ -2,7 +2,8 @@
 
 from .decision import Decision
 from .limiter import adecide, decide
+from .reset import areset, reset
 from .shaping import SlotRefused, apace, pace
 
-__all__ = ["Decision", "SlotRefused", "adecide", "apace", "decide", "pace"]
+__all__ = ["Decision", "SlotRefused", "adecide", "apace", "areset", "decide", "pace", "reset"]
 __version__ = "0.1.0"

@@ -10,22 +10,23 @@ from typing import Any
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from . import catalog, overrides
-from .dashboard import dashboard
+from .dashboard import dashboard, reset_key
 from .forms import LimitOverrideForm, configured
 from .models import AuditEvent, Dashboard, LimitOverride
 from .override_rules import override_problem
 from .report import report_csv, shadow_report
 
-OUTCOME_LABELS = {"denied": _("denied"), "shadow_denied": _("shadow"), "fallback_denied": _("fallback")}
+OUTCOME_LABELS = {"denied": _("denied"), "shadow_denied": _("shadow"), "fallback_denied": _("fallback"),
+                  "reset": _("reset")}
 CONSOLE_CSS = "django_gcra/console.css"
 
 
@@ -252,9 +253,28 @@ class DashboardAdmin(ReadOnlyAdmin):
         return bool(user.is_active and user.is_staff and (user.has_perm("django_gcra.view_dashboard")
                                                           or user.has_perm("django_gcra.view_auditevent")))
 
+    def has_reset_permission(self, request: HttpRequest) -> bool:
+        """May reset a caller's limits from the dashboard (permission ``django_gcra.reset_limit``)."""
+        user: Any = request.user
+        return bool(user.is_active and user.is_staff and user.has_perm("django_gcra.reset_limit"))
+
     def get_urls(self) -> list[Any]:
         info = self.model._meta.app_label, self.model._meta.model_name
-        return [path("", self.admin_site.admin_view(self.changelist_view), name="%s_%s_changelist" % info)]
+        return [path("", self.admin_site.admin_view(self.changelist_view), name="%s_%s_changelist" % info),
+                path("reset/", self.admin_site.admin_view(self.reset_view), name="%s_%s_reset" % info)]
+
+    def reset_view(self, request: HttpRequest) -> HttpResponse:
+        """POST (CSRF-checked by ``admin_view``): reset one listed key's limit, audited as ``reset``."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_reset_permission(request):
+            raise PermissionDenied
+        policy, limit, key = (request.POST.get(name, "") for name in ("policy", "limit", "key"))
+        level, text = reset_key(policy, limit, key, request.user.get_username())
+        self.message_user(request, text, level)
+        period = request.POST.get("period", "")
+        target = reverse("admin:django_gcra_dashboard_changelist")
+        return HttpResponseRedirect(f"{target}?period={period}" if period else target)
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if not self.has_view_permission(request):
@@ -262,6 +282,7 @@ class DashboardAdmin(ReadOnlyAdmin):
         context = {
             **self.admin_site.each_context(request),
             **dashboard(request.GET.get("period", "")),
+            "can_reset": self.has_reset_permission(request),
             "opts": self.model._meta,
             "title": _("Rate limiting dashboard"),
             "media": self.media,

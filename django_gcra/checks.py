@@ -37,7 +37,8 @@ def _message(problem: Problem) -> checks.CheckMessage:
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     found = list(problems())
     if not any(p.is_error for p in found):
-        found += _callables() + _routed_views() + _middleware() + drf_problems() + waiting_view_problems()
+        found += (_callables() + _routed_views() + _middleware() + drf_problems() + waiting_view_problems()
+                  + _switched_off())
     return [_message(p) for p in found]
 
 
@@ -59,6 +60,16 @@ def _callables() -> list[Problem]:
                              "import, or is not callable.",
                              "Give a dotted path to a callable (request, decision) -> HttpResponse."))
     return found
+
+
+def _switched_off() -> list[Problem]:
+    """``ENABLED: False`` outside DEBUG: a deployment with every limit off (read here, not in
+    ``conf``: ``DEBUG`` is not a ``DJANGO_GCRA`` setting)."""
+    if get_settings().enabled or settings.DEBUG:
+        return []
+    return [Problem(Codes.LIMITER_DISABLED, "DJANGO_GCRA['ENABLED'] is False while DEBUG is False: every rate and "
+                    "concurrency limit is off, and nothing is audited.",
+                    "Set ENABLED to True in production; keep False for tests and local development only.")]
 
 
 def _importable(path: Any) -> bool:

@@ -26,7 +26,7 @@ from .routes import Route, parse_routes
 from .validation import is_int, is_number
 
 __all__ = ["AUDIT_DEFAULTS", "DEFAULTS", "SHEDDING_DEFAULTS", "AuditSettings", "BreakerSettings", "Settings",
-           "SheddingSettings", "generation", "get_settings", "on_change", "problems"]
+           "SheddingSettings", "forget_built", "generation", "get_settings", "on_change", "problems"]
 
 AUDIT_DEFAULTS: dict[str, Any] = {
     "ENABLED": True,
@@ -51,6 +51,7 @@ SHEDDING_DEFAULTS: dict[str, Any] = {
 }
 
 DEFAULTS: dict[str, Any] = {
+    "ENABLED": True,  # False: every decision is allowed without the store (tests, local development)
     "CACHE_ALIAS": "default",
     "KEY_PREFIX": "rl",
     "DESCRIPTORS": {},
@@ -120,6 +121,7 @@ class SheddingSettings:
 class Settings:
     """Every ``DJANGO_GCRA`` value, validated, with its default. Times are in seconds."""
 
+    enabled: bool = True  # ENABLED (not AUDIT['ENABLED'])
     cache_alias: str = "default"
     prefix: str = "rl"
     descriptors: Mapping[str, str] = field(default_factory=dict)  # name -> dotted path
@@ -176,6 +178,11 @@ def _build() -> tuple[Settings, tuple[Problem, ...]]:
         found.append(Problem(Codes.UNKNOWN_SETTING, f"DJANGO_GCRA has an unknown setting {unknown!r}.",
                              "Check the spelling against the settings reference."))
     read = _Reader(raw, found)
+    enabled = read.get("ENABLED")
+    if not isinstance(enabled, bool):
+        found.append(Problem(Codes.BAD_ENABLED, f"DJANGO_GCRA['ENABLED'] is {enabled!r}; it must be True or False.",
+                             "False turns every rate and concurrency limit off (tests, local development)."))
+        enabled = True
     prefix = read.get("KEY_PREFIX")
     if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}"):
         found.append(Problem(Codes.BAD_NAME, f"DJANGO_GCRA['KEY_PREFIX'] {prefix!r} is not valid.",
@@ -237,7 +244,7 @@ def _build() -> tuple[Settings, tuple[Problem, ...]]:
                                  "Leave CACHE_ALIAS unset with REGIONS (it is the local region's alias)."))
     found += _cache_problems(cache_alias)
     built = Settings(
-        cache_alias=str(cache_alias), prefix=prefix, descriptors=MappingProxyType(descriptors),
+        enabled=enabled, cache_alias=str(cache_alias), prefix=prefix, descriptors=MappingProxyType(descriptors),
         policies=MappingProxyType(policies), routes=routes, default_tier=default_tier,
         fallback_processes=fallback_processes, fallback_log_interval=float(log_interval), lease_max_keys=max_keys,
         drf_algorithm=drf_algorithm,
@@ -492,6 +499,14 @@ def on_change(callback: Callable[[], None]) -> Callable[[], None]:
     """Call ``callback`` (no arguments) whenever the settings are rebuilt; returns it."""
     _listeners.append(callback)
     return callback
+
+
+def forget_built() -> None:
+    """Call every ``on_change`` callback with the settings unchanged: this process forgets
+    what it built from them (clients, backends, leases, plans, caches). For
+    ``django_gcra.testing.reset_limits``, through ``reset.forget_process_state``."""
+    for callback in list(_listeners):
+        callback()
 
 
 def _reload(*, setting: str, **kwargs: Any) -> None:

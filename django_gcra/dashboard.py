@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.contrib import messages
 from django.db.models import Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -22,8 +23,9 @@ from .forms import configured
 from .limiter import backend_for, plan
 from .models import AuditEvent, LimitOverride
 from .override_rules import override_problem
+from .reset import reset
 
-__all__ = ["PERIODS", "dashboard", "stacked_bars"]
+__all__ = ["PERIODS", "dashboard", "reset_key", "stacked_bars"]
 
 # period -> (length in seconds, bucket width, label)
 PERIODS: dict[str, tuple[int, int, str]] = {
@@ -129,6 +131,29 @@ def quota_now(row: dict[str, Any]) -> str:
     return f"{left} of {burst}" + (f", full in {rested:.1f} s" if left < burst else "")
 
 
+def reset_key(policy: str, limit: str, key: str, actor: str) -> tuple[int, str]:
+    """The dashboard's **Reset** of a listed key: ``reset()`` of that limit for the
+    descriptors its audit rows recorded (never values sent by the browser), recorded as an
+    ``AuditEvent`` of outcome ``reset`` by ``actor``. Returns a message level and text."""
+    found = (AuditEvent.objects.filter(policy=policy, limit=limit, key=key)
+             .exclude(outcome=AuditEvent.Outcome.RESET).values_list("descriptors", flat=True).first())
+    if not isinstance(found, dict):
+        return messages.ERROR, _("No audited key %(key)s for %(limit)s: nothing was reset.") % {
+            "key": key, "limit": f"{policy}.{limit}"}
+    try:
+        cleared = reset(policy, found, limit=limit or None)
+    except (KeyError, TypeError, ValueError) as exc:
+        return messages.ERROR, _("Could not reset %(key)s: %(error)s") % {"key": key, "error": exc}
+    except Exception as exc:  # the store did not answer: nothing is recorded as done
+        return messages.ERROR, _("Could not reset %(key)s: the store did not answer (%(error)s).") % {
+            "key": key, "error": f"{type(exc).__name__}: {exc}"}
+    now = timezone.now()
+    AuditEvent.objects.create(time=now, last_time=now, policy=policy, limit=limit, outcome=AuditEvent.Outcome.RESET,
+                              key=key, descriptors=found, count=1, cost=0, retry_after=None, actor=actor[:150])
+    return messages.SUCCESS, _("Reset %(limit)s for %(key)s (%(n)d key(s) cleared).") % {
+        "limit": f"{policy}.{limit}", "key": key, "n": cleared}
+
+
 def _row(policy: str, limit: str, mode: str, rate: str, burst: str, overrides: int, source: str,
          raw: dict[tuple[str, str, str], list[int]], buckets: list[Any]) -> Row:
     n = len(buckets)
@@ -200,7 +225,7 @@ def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[st
         rows.append(_row(policy_name, limit_name, "", "", "", 0, "code", raw, buckets))
     overall = {name: _sum(raw, None, None, outcomes, n) for name, outcomes in SERIES}
     since_dt = datetime.datetime.fromtimestamp(since, datetime.timezone.utc)
-    top = list(AuditEvent.objects.filter(time__gte=since_dt)
+    top = list(AuditEvent.objects.filter(time__gte=since_dt).exclude(outcome=AuditEvent.Outcome.RESET)
                .values("policy", "limit", "key", "outcome").annotate(total=Sum("count"))
                .order_by("-total", "policy", "limit", "key")[:10])
     for row in top:

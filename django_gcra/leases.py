@@ -9,7 +9,7 @@ See docs/howto/leases.md.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import fields
 from typing import Any
 
@@ -19,7 +19,8 @@ from .conf import get_settings, on_change
 from .policy import Lease, Policy
 from .worker import after_fork
 
-__all__ = ["LeaseCollector", "LeaseStats", "LeasingBackend", "lease_stats", "leasing_backend", "reset_leases"]
+__all__ = ["LeaseCollector", "LeaseStats", "LeasingBackend", "drop_leases", "lease_stats", "leasing_backend",
+           "reset_leases"]
 
 _wrappers: dict[tuple[int, str, Lease], LeasingBackend] = {}
 generation = 0  # moved by every reset: a backend memoized under an older number is stale (store.backend_for)
@@ -69,6 +70,14 @@ def lease_stats() -> dict[str, LeaseStats]:
         for f in fields(LeaseStats):
             setattr(total, f.name, getattr(total, f.name) + getattr(stats, f.name))
     return totals
+
+
+def drop_leases(policy: str, keys: Iterable[str]) -> int:
+    """Forget this process's leases of ``keys`` in every wrapper of ``policy`` (``django_gcra.reset``)."""
+    keys = tuple(keys)
+    with _wrappers_lock:
+        wrappers = [wrapper for (_, name, _), wrapper in _wrappers.items() if name == policy]
+    return sum(wrapper.drop(keys) for wrapper in wrappers)
 
 
 @on_change

@@ -14,11 +14,12 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from . import leases
+from . import conf, leases
 from .algorithm import ALLOWED
 from .backends import BackendError, Outcome
 from .backends.key_lease import Served
 from .backends.lease_backend import LeasingBackend
+from .conf import get_settings
 from .decision import Decision, LimitState
 from .fallback import UNAVAILABLE, on_failure
 from .plan import Plan, get_policy, plan
@@ -48,6 +49,8 @@ def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, 
     (allowed, ``waited`` set) only after sleeping until then. Beyond it: denied, nothing
     consumed. Shadow limits, sliding limits and fallback decisions never wait.
     """
+    if not (conf.standing or get_settings()).enabled:  # DJANGO_GCRA["ENABLED"] is False
+        return disabled(policy, cost, request)
     wait_us = max_wait_us(max_wait) if max_wait else 0
     p = plan(policy, descriptors, cost)
     if not p.specs:
@@ -72,6 +75,8 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
                   max_wait: float = 0.0, request: HttpRequest | None = None) -> Decision:
     """``decide()`` for async code: never blocks the event loop on the store, and waits
     for a reserved slot with ``asyncio.sleep`` (a cancelled wait still used its slot)."""
+    if not (conf.standing or get_settings()).enabled:  # DJANGO_GCRA["ENABLED"] is False
+        return disabled(policy, cost, request)
     wait_us = max_wait_us(max_wait) if max_wait else 0
     p = plan(policy, descriptors, cost)
     if not p.specs:
@@ -88,6 +93,22 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
     if wait_us and outcome.waited > 0:
         await asyncio.sleep(outcome.waited / 1e6)
     return _finish(p, outcome, request)
+
+
+def disabled(policy: str | Policy, cost: int, request: HttpRequest | None) -> Decision:
+    """The decision of ``ENABLED: False``: allowed, ``disabled`` set, without the store, the
+    audit trail or the console's counts (only the public ``decision`` signal hears of it).
+    An unknown policy and a bad cost are refused as ever."""
+    pol = get_policy(policy)
+    if type(cost) is not int:
+        raise TypeError(f"cost must be an int, not {type(cost).__name__}")
+    if cost < 0:
+        raise ValueError(f"cost must be >= 0, not {cost}")
+    decision = Decision(allowed=True, retry_after=0.0, remaining=0, limit="", policy=pol.name, cost=cost,
+                        disabled=True)
+    if decision_signal.receivers:
+        decision_signal.send(sender=pol.name, decision=decision, request=request)
+    return decision
 
 
 def max_wait_us(max_wait: float) -> int:

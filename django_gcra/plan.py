@@ -20,7 +20,7 @@ from .keys import build_key, escape
 from .policy import Concurrency, Limit, Policy
 from .rates import Rate
 
-__all__ = ["Plan", "PlanMemo", "PlannedLimit", "PlannedSlot", "get_policy", "plan"]
+__all__ = ["Plan", "PlanMemo", "PlannedLimit", "PlannedSlot", "get_policy", "plan", "stored_keys"]
 
 
 def get_policy(policy: str | Policy) -> Policy:
@@ -136,6 +136,23 @@ class PlanMemo:
 # algorithm is changed never meets the other algorithm's state under its name.
 _new = tuple.__new__
 KEY_SUFFIX = {SLIDING_LOG: "~log", SLIDING_WINDOW: "~win", CONCURRENCY: "~conc"}
+
+def stored_keys(pol: Policy, values: Mapping[str, str], limits: Sequence[Limit | Concurrency]) -> dict[str, str]:
+    """Limit name -> its key for these descriptor values, built as a plan builds it (the
+    name, a suffix for any algorithm but GCRA, the hash tag of the shard), for each of
+    ``limits`` whose descriptors are all in ``values`` (``django_gcra.reset``)."""
+    escaped = {name: escape(value) for name, value in values.items()}
+    prefix = get_settings().prefix
+    shard = escaped[pol.shard] if pol.shard in escaped else pol.name
+    found = {}
+    for limit in limits:
+        if not all(d in escaped for d in limit.key):
+            continue
+        code = CONCURRENCY if isinstance(limit, Concurrency) else ALGORITHMS.get(limit.algorithm, GCRA)
+        found[limit.name] = build_key(prefix, shard, pol.name, limit.name + KEY_SUFFIX.get(code, ""),
+                                      [escaped[d] for d in limit.key])
+    return found
+
 
 _plans = PlanMemo()
 lease_backend.memoized = _plans.snapshot  # where the leases count their plans' first decisions

@@ -25,6 +25,7 @@ from django.conf import settings as django_settings
 
 from . import leases
 from .backends import Backend
+from .backends import clock as test_clock
 from .backends.breaker import CLOSED, CircuitBreaker, _breakers, breaker_for
 from .backends.clients import Timeouts, build_async_client, build_sync_client, endpoint_name
 from .backends.cluster import node_of
@@ -38,13 +39,14 @@ from .policy import Policy
 if TYPE_CHECKING:
     from .plan import Plan
 
-__all__ = ["backend_for", "backend_for_plan", "cache_connection", "endpoint_for", "in_event_loop",
+__all__ = ["backend_for", "backend_for_plan", "cache_connection", "clocked_backend", "endpoint_for", "in_event_loop",
            "limiter_async_client", "limiter_client", "read_guarded", "store_backend"]
 
 _lock = threading.Lock()
 _sync: dict[str, Any] = {}
 _async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = weakref.WeakKeyDictionary()
 _backends: dict[str, RedisBackend] = {}
+_clocked: dict[str, RedisBackend] = {}  # alias -> its backend while a test clock is installed (clocked_backend)
 _last_loop: list[Any] = [None, None]  # the event loop of the last async call and its clients (_async[loop])
 _endpoints: dict[str, str] = {}
 
@@ -150,6 +152,25 @@ def store_backend(alias: str | None = None) -> RedisBackend:
     return backend
 
 
+def clocked_backend(alias: str | None = None) -> RedisBackend:
+    """The store of ``alias`` as decisions see it while a test clock is installed
+    (``backends/clock.py``): every script one plain ``EVAL`` that reads the clock, never
+    behind a lease (a lease's units and expiry are real time's); concurrency slots are kept
+    by the store's own keeper."""
+    alias = get_settings().cache_alias if alias is None else alias
+    backend = _clocked.get(alias)
+    if backend is None:
+        store = store_backend(alias)
+
+        def get_async() -> Any:
+            client = limiter_async_client(alias)
+            return None if client is None else test_clock.AsyncClockedClient(client)
+
+        backend = _clocked[alias] = RedisBackend(lambda: test_clock.ClockedClient(limiter_client(alias)), get_async,
+                                                 functools.partial(_breaker_of, alias), keeper=store.keeper)
+    return backend
+
+
 # id(policy) -> (policy, leases.generation, backend): one dict lookup per plan that has no
 # backend yet (backend_for_plan); the entry holds the policy, so its id is not reused while
 # it is there.
@@ -167,7 +188,10 @@ def backend_for(policy: Policy) -> Backend:
 
 def _built_for(policy: Policy) -> tuple[Policy, int, Backend]:
     built_in = leases.generation
-    backend = leases.leasing_backend(store_backend(policy.cache_alias), policy)
+    if test_clock.active is None:
+        backend = leases.leasing_backend(store_backend(policy.cache_alias), policy)
+    else:  # django_gcra.testing.limiter_clock (which moves leases.generation as it starts and stops)
+        backend = clocked_backend(policy.cache_alias)
     if len(_for_policy) > 1000:  # policies built per call (code, not settings): stay bounded
         _for_policy.clear()
     found = _for_policy[id(policy)] = (policy, built_in, backend)
@@ -243,6 +267,7 @@ def _forget() -> None:
         _async.clear()
         _last_loop[:] = (None, None)
         _backends.clear()
+        _clocked.clear()
         _endpoints.clear()
         _for_policy.clear()
         _alias_breakers.clear()

@@ -186,3 +186,30 @@ def test_concurrency_slots_on_a_cluster(on_cluster, gcra_settings):
     for d in again:
         d.release()
     assert slotmod.stats.snapshot()["release_failures"] == 0
+
+
+async def test_the_test_clock_and_the_resets_on_a_cluster(on_cluster: Cluster):
+    """limiter_clock drives sync and async decisions on every master; reset() clears a key
+    on its master; reset_limits() scans and clears every master."""
+    from asgiref.sync import sync_to_async
+
+    from django_gcra import areset, reset
+    from django_gcra.testing import limiter_clock, reset_limits
+
+    tenants = [t for third in (range(5461), range(5461, 10923), range(10923, 16384))
+               for t in tenants_in_slots(third, 1, prefix="clock")]
+    with limiter_clock(start=1_700_000_000) as clock:
+        for tenant in tenants:
+            who = {"tenant": tenant, "user": "a"}
+            got = [await sync_to_async(decide)("api", who) for _ in range(3)] + [await adecide("api", who)]
+            assert [d.allowed for d in got] == [True, True, True, False]
+            assert got[-1].retry_after == 360.0  # 10/h: one unit every 6 minutes, exactly
+        clock.advance(360)
+        assert [(await adecide("api", {"tenant": t, "user": "a"})).allowed for t in tenants] == [True] * 3
+    assert await sync_to_async(reset)("api", {"tenant": tenants[0], "user": "a"}) == 2
+    assert await areset("api", {"tenant": tenants[1]}, limit="tenant") == 1
+    keys = sum(len(node.client().keys("rl:*")) for node in on_cluster.nodes)
+    assert keys == 3 and await sync_to_async(reset_limits)() == 3  # 6 keys, 3 reset above
+    assert all(node.client().keys("rl:*") == [] for node in on_cluster.nodes)
+    with limiter_clock() as clock:  # from a primary's TIME
+        assert abs(clock.now - time.time()) < 60

@@ -590,6 +590,19 @@ class LeasingBackend(Backend):
                 return replace(s, held_units=held, local=s.local + local, decisions=s.decisions + local + direct,
                                store_calls=s.store_calls + direct)
 
+    def drop(self, keys: Iterable[str]) -> int:
+        """Forget this process's lease (and heat) of each of ``keys`` (``django_gcra.reset``):
+        their units are never served; returns the leases dropped."""
+        dropped = 0
+        with self._keys_lock:
+            for key in keys:
+                self._heat.pop(key, None)
+                self._armed.discard(key)
+                if key in self._keys:
+                    self._count(0, stranded=self._drop(key, None))
+                    dropped += 1
+        return dropped
+
     def held_keys(self) -> int:
         with self._keys_lock:
             return len(self._keys)

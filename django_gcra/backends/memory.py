@@ -56,6 +56,11 @@ class MemoryBackend(Backend):
         return Outcome(result.enforced, result.would, result.retry_after, result.binding, now,
                        result.remaining, result.reset_after, granted, result.waited)
 
+    def clear(self) -> None:
+        """Forget every key (``reset.forget_process_state``)."""
+        with self._lock:
+            self._tats.clear()
+
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         with self._lock:
             now = self.clock()

@@ -147,11 +147,11 @@ class RedisBackend(Backend):
     """
 
     def __init__(self, get_client: Callable[[], Any], get_async_client: Callable[[], Any] | None = None,
-                 breaker_of: Callable[[str], CircuitBreaker] | None = None) -> None:
+                 breaker_of: Callable[[str], CircuitBreaker] | None = None, keeper: SlotKeeper | None = None) -> None:
         self.get_client = get_client
         self.get_async_client = get_async_client
         self.breaker_of = breaker_of
-        self._keeper: SlotKeeper | None = None
+        self._keeper = keeper  # (given: another backend's, on the same store; see store.clocked_backend)
         self._last_mux: tuple[Any, Multiplexer | None] = (None, None)  # the last async client and its multiplexer
 
     @property

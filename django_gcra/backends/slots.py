@@ -36,6 +36,7 @@ from typing import Any
 from redis.cluster import RedisCluster
 
 from ..worker import Worker, after_fork
+from . import clock as test_clock
 
 logger = logging.getLogger("django_gcra")
 
@@ -256,15 +257,18 @@ class SlotKeeper:
         due = [s for s in held if force or now - s.extended_at >= min(s.ttls) / 3e6]
         if not due:
             return 0
+        script, clock = EXTEND_SCRIPT, test_clock.active
+        if clock is not None:  # django_gcra.testing.limiter_clock: its time, not the server's
+            script = test_clock.clocked(script, clock.now_us)
         try:
             client = self.get_client()
             if isinstance(client, RedisCluster):  # its pipeline runs no scripts: one call per decision
                 for slots in due:
-                    client.eval(EXTEND_SCRIPT, len(slots.keys), *slots.keys, slots.token, *slots.ttls)
+                    client.eval(script, len(slots.keys), *slots.keys, slots.token, *slots.ttls)
             else:
                 pipe = client.pipeline(transaction=False)
                 for slots in due:
-                    pipe.eval(EXTEND_SCRIPT, len(slots.keys), *slots.keys, slots.token, *slots.ttls)
+                    pipe.eval(script, len(slots.keys), *slots.keys, slots.token, *slots.ttls)
                 pipe.execute()
         except Exception as exc:
             stats.add("extend_failures", len(due))
