@@ -63,7 +63,7 @@ DEFAULTS: dict[str, Any] = {
     "OVERRIDE_TTL": 30.0,  # seconds after which overrides are reloaded even if the stamp is unreadable
     "AUDIT": AUDIT_DEFAULTS,
     # Surfaces: docs/surfaces/
-    "HEADERS": "draft-11",  # draft-11 | draft-03 | x-ratelimit | none
+    "HEADERS": "draft-11",  # draft-11 | draft-03 | x-ratelimit | github | none, or a list of styles
     "DENIED_VIEW": None,  # dotted path: (request, decision) -> HttpResponse
     "IPV6_PREFIX": 64,  # IPv6 clients are grouped by this network prefix
     # Resilience (docs/operations.md): the limiter's own Redis timeouts (ms), the circuit
@@ -80,7 +80,7 @@ DEFAULTS: dict[str, Any] = {
     "SHEDDING": SHEDDING_DEFAULTS,
 }
 
-HEADER_STYLES = ("draft-11", "draft-03", "x-ratelimit", "none")
+HEADER_STYLES = ("draft-11", "draft-03", "x-ratelimit", "github", "none")
 DRF_ALGORITHMS = ("gcra", "sliding_log", "sliding_window")
 SLOW_TIMEOUT_MS = 1000  # above this a slow Redis visibly stalls every request (W040)
 MAX_SECONDS = 86_400.0  # the longest interval any timing setting may have
@@ -130,7 +130,7 @@ class Settings:
     override_refresh: float = 1.0
     override_ttl: float = 30.0
     audit: AuditSettings = AuditSettings()
-    headers: str = "draft-11"
+    headers: tuple[str, ...] = ("draft-11",)  # the styles of HEADERS (a string is one style)
     denied_view: str | None = None
     ipv6_prefix: int = 64
     timeout: float = 0.010
@@ -260,12 +260,7 @@ def _tier_problems(policies: Mapping[str, Policy], default_tier: str | None) -> 
 def _surface_settings(read: _Reader) -> dict[str, Any]:
     found = read.found
     values: dict[str, Any] = {}
-    headers = read.get("HEADERS")
-    if headers not in HEADER_STYLES:
-        found.append(Problem(Codes.BAD_HEADERS, f"DJANGO_GCRA['HEADERS'] is {headers!r}.",
-                             f"Use one of {', '.join(HEADER_STYLES)}."))
-        headers = DEFAULTS["HEADERS"]
-    values["headers"] = headers
+    values["headers"] = _header_styles(read.get("HEADERS"), found)
     denied_view = read.get("DENIED_VIEW")
     if denied_view is not None and (not isinstance(denied_view, str) or not denied_view):
         found.append(Problem(Codes.BAD_DENIED_VIEW, f"DJANGO_GCRA['DENIED_VIEW'] is {denied_view!r}.",
@@ -285,6 +280,29 @@ def _surface_settings(read: _Reader) -> dict[str, Any]:
         hops = 0
     values["trusted_proxies"] = hops
     return values
+
+
+def _header_styles(headers: Any, found: list[Problem]) -> tuple[str, ...]:
+    """``HEADERS``: one style, or a list of styles whose fields are all sent."""
+    hint = f"Use one of {', '.join(HEADER_STYLES)}, or a list of them such as ['draft-11', 'github']."
+    styles = (headers,) if isinstance(headers, str) else headers
+    if not isinstance(styles, (list, tuple)) or not styles:
+        found.append(Problem(Codes.BAD_HEADERS, f"DJANGO_GCRA['HEADERS'] is {headers!r}.", hint))
+        return (DEFAULTS["HEADERS"],)
+    bad = [s for s in styles if not isinstance(s, str) or s not in HEADER_STYLES]
+    if bad:
+        found.append(Problem(Codes.BAD_HEADERS, f"DJANGO_GCRA['HEADERS'] is {headers!r}: unknown style "
+                             f"{bad[0]!r}.", hint))
+        return (DEFAULTS["HEADERS"],)
+    if len(set(styles)) != len(styles):
+        found.append(Problem(Codes.BAD_HEADERS, f"DJANGO_GCRA['HEADERS'] {headers!r} names a style twice.",
+                             "Name each style once."))
+    elif "none" in styles and len(styles) > 1:
+        found.append(Problem(Codes.BAD_HEADERS, f"DJANGO_GCRA['HEADERS'] {headers!r} names 'none' with other "
+                             "styles.", "Give 'none' alone (no quota header), or only the styles to send."))
+    else:
+        return tuple(styles)
+    return (DEFAULTS["HEADERS"],)
 
 
 def _timing_settings(read: _Reader) -> dict[str, Any]:
