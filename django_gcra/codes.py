@@ -5,6 +5,7 @@ settings, E020-E029 surfaces, E030-E039 policy plane, E040-E049 resilience, E050
 leases, E060-E069 DRF throttles, E070-E079 load shedding,
 E080-E089 multi-region budgets, E090-E099 concurrency limits, E100-E109 shaping
 (``max_wait``).
+E140-E149 frameworks and signals (OpenTelemetry).
 """
 
 from __future__ import annotations
@@ -107,6 +108,9 @@ class Codes:
     BAD_CONCURRENCY_TTL = "django_gcra.E093"
     CONCURRENCY_LEASE = "django_gcra.E094"
     CONCURRENCY_LOCAL_GLOBAL = "django_gcra.W090"
+
+    BAD_OTEL = "django_gcra.E140"
+    OTEL_MISSING = "django_gcra.E141"
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,7 @@ DEFAULTS: dict[str, Any] = {
     # Multi-region budgets (docs/howto/multi-region.md): {"local", "caches", "rebalance_interval", ...}
     "REGIONS": None,
     "SHEDDING": SHEDDING_DEFAULTS,
+    "OTEL": False,  # OpenTelemetry counters and span attributes (docs/howto/opentelemetry.md)
 }
 
 HEADER_STYLES = ("draft-11", "draft-03", "x-ratelimit", "github", "none")
@@ -142,6 +143,7 @@ class Settings:
     drf_algorithm: str = "gcra"
     regions: RegionSettings | None = None  # None: one region, every limit enforced whole
     shedding: SheddingSettings = SheddingSettings()
+    otel: bool = False
 
 
 class _Reader:
@@ -241,7 +243,7 @@ def _build() -> tuple[Settings, tuple[Problem, ...]]:
         policies=MappingProxyType(policies), routes=routes, default_tier=default_tier,
         fallback_processes=fallback_processes, fallback_log_interval=float(log_interval), lease_max_keys=max_keys,
         drf_algorithm=drf_algorithm,
-        regions=regions, shedding=_shedding(read), **surfaces, **timing)
+        regions=regions, shedding=_shedding(read), otel=_otel(read.get("OTEL"), found), **surfaces, **timing)
     return built, tuple(found)
 
 
@@ -280,6 +282,29 @@ def _surface_settings(read: _Reader) -> dict[str, Any]:
         hops = 0
     values["trusted_proxies"] = hops
     return values
+
+
+def otel_installed() -> bool:
+    """True when OpenTelemetry's API (its metrics and trace modules) can be imported."""
+    try:
+        import opentelemetry.metrics
+        import opentelemetry.trace  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _otel(value: Any, found: list[Problem]) -> bool:
+    """``OTEL``: a bool; True needs OpenTelemetry's API installed."""
+    if not isinstance(value, bool):
+        found.append(Problem(Codes.BAD_OTEL, f"DJANGO_GCRA['OTEL'] is {value!r}; it must be True or False."))
+        return False
+    if value and not otel_installed():
+        found.append(Problem(Codes.OTEL_MISSING, "DJANGO_GCRA['OTEL'] is True but OpenTelemetry's API is not "
+                             "installed.", "pip install 'django-gcra[otel]' (opentelemetry-api), or set OTEL "
+                             "to False."))
+        return False
+    return value
 
 
 def _header_styles(headers: Any, found: list[Problem]) -> tuple[str, ...]:
