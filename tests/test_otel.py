@@ -4,7 +4,11 @@ nothing registered when off, and the system checks E140/E141."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from django.core import checks
@@ -141,3 +145,24 @@ def test_otel_without_opentelemetry_installed_is_an_error(gcra_settings, monkeyp
     assert ids(gcra_settings, OTEL=True) == ["django_gcra.E141"]
     assert otel.on_decision not in observers
     assert ids(gcra_settings, OTEL=False) == []
+
+
+def test_the_app_needs_neither_opentelemetry_nor_ninja():
+    """Off by default: django_gcra imports neither optional package (they are blocked here)."""
+    code = ("import sys; sys.modules['opentelemetry'] = sys.modules['ninja'] = None\n"
+            "import django; django.setup()\n"
+            "from django_gcra import decide, otel\n"
+            "assert decide('login', {'ip': '1.2.3.4'}).allowed and not otel.enabled()\n"
+            "try:\n    import django_gcra.ninja\nexcept ImportError:\n    print('ok')")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"})
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_every_check_of_the_range_is_documented():
+    from django_gcra.codes import Codes
+
+    used = {value for value in vars(Codes).values() if isinstance(value, str) and re.search(r"\.[EW]14\d$", value)}
+    page = (Path(__file__).resolve().parent.parent / "docs" / "reference" / "checks.md").read_text()
+    assert used == set(re.findall(r"`(django_gcra\.[EW]14\d)`", page)) == {"django_gcra.E140", "django_gcra.E141"}
