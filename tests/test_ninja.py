@@ -218,3 +218,34 @@ def test_github_headers_on_ninja_responses(gcra_settings):
     client.get("/api/anon")
     denied = client.get("/api/anon")
     assert (denied.status_code, denied["X-RateLimit-Remaining"], denied["X-RateLimit-Used"]) == (429, "0", "2")
+
+
+def test_install_keeps_ninjas_response_for_a_denial_by_another_throttle():
+    from ninja.throttling import AnonRateThrottle as NinjasOwn
+
+    api = install(NinjaAPI(urls_namespace="mixed", throttle=NinjasOwn("1/m")))
+
+    @api.get("/m")
+    def m(request):
+        return "m"
+
+    client = TestClient(api)
+    assert client.get("/m").status_code == 200
+    denied = client.get("/m")
+    assert denied.status_code == 429 and denied.json() == {"detail": "Too many requests."}
+
+
+def test_ninja_decisions_are_counted_and_audited_like_any_other(rec):
+    from prometheus_client import REGISTRY
+
+    def denied_count():
+        return REGISTRY.get_sample_value("django_gcra_decisions_total",
+                                         {"policy": "ninja.anon", "limit": "anon", "outcome": "denied"}) or 0.0
+
+    before = denied_count()
+    client = Client(REMOTE_ADDR="10.9.9.9")
+    assert [client.get("/api/anon").status_code for _ in range(3)] == [200, 200, 429]
+    assert denied_count() == before + 1
+    rec.flush()
+    [row] = AuditEvent.objects.filter(policy="ninja.anon")
+    assert (row.outcome, row.limit, row.path, row.method) == ("denied", "anon", "/api/anon", "GET")
