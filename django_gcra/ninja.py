@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -64,19 +65,36 @@ def _trusted_proxies_set() -> bool:
 
 
 class _GCRADecided:
-    """What every throttle here shares: the decision, ``request.ratelimit`` and ``wait()``."""
+    """What every throttle here shares: the decision, ``request.ratelimit`` and ``wait()``.
 
-    decision: Decision | None = None
+    ninja keeps one throttle instance per API, router or operation and calls
+    ``allow_request(request)`` then, on a denial, ``wait()`` in the same thread with no
+    await between them. The last decision is therefore kept per thread: concurrent
+    requests served by other threads never change the ``wait()`` of this one.
+    """
+
+    def _local(self) -> threading.local:
+        return self.__dict__.setdefault("_gcra_local", threading.local())  # type: ignore[no-any-return]
+
+    @property
+    def decision(self) -> Decision | None:
+        """The decision of this thread's last ``allow_request`` (None before one, or when not limited)."""
+        return getattr(self._local(), "decision", None)
 
     def _decide(self, request: HttpRequest, policy: Policy, descriptors: Mapping[str, Any], cost: int = 1) -> bool:
-        self.decision = decision = record(request, decide(policy, descriptors, cost, request=request))
+        decision = record(request, decide(policy, descriptors, cost, request=request))
+        self._local().decision = decision
         return decision.allowed
+
+    def _forget(self) -> None:
+        local = self._local()
+        local.decision, local.never = None, False
 
     def wait(self) -> float | None:
         """Seconds until the denied request would be admitted: exact; None if it never will
         (or the last request was admitted)."""
         decision = self.decision
-        if decision is None or decision.allowed or decision.impossible:
+        if decision is None or decision.allowed or decision.impossible or getattr(self._local(), "never", False):
             return None
         return decision.retry_after
 
@@ -89,7 +107,6 @@ class SimpleRateThrottle(_GCRADecided, throttling.SimpleRateThrottle):
 
     burst: int | None = None
     algorithm: str = "gcra"
-    _never = False  # a rate of 0 admits nothing, and no wait helps
 
     def get_ident(self, request: HttpRequest) -> str | None:
         """The client's address: by ``DJANGO_GCRA['TRUSTED_PROXIES']`` when that is set, else
@@ -127,16 +144,16 @@ class SimpleRateThrottle(_GCRADecided, throttling.SimpleRateThrottle):
         return throttle_policy(self.limit_name(), num, duration, self.burst, self.algorithm, framework="ninja")
 
     def allow_request(self, request: HttpRequest) -> bool:
-        self.decision, self._never = None, False
-        self.key = self.get_cache_key(request)
-        if self.key is None or self.rate is None:
+        self._forget()
+        key = self.key = self.get_cache_key(request)  # (``key`` as ninja sets it; the decision uses the local)
+        if key is None or self.rate is None:
             return True
         policy = self.gcra_policy()
-        if policy is None:  # "0/m": ninja refuses every request too
-            self._never = True
+        if policy is None:  # "0/m": ninja refuses every request too, and no wait helps
+            self._local().never = True
             return self.throttle_failure()
         limit = policy.limits[0]  # the rate and burst are part of the bucket's identity
-        allowed = self._decide(request, policy, {"cache_key": str(self.key),
+        allowed = self._decide(request, policy, {"cache_key": str(key),
                                                  "rate": f"{limit.rates[None]}/{limit.burst}"})
         return self.throttle_success() if allowed else self.throttle_failure()
 
@@ -145,9 +162,6 @@ class SimpleRateThrottle(_GCRADecided, throttling.SimpleRateThrottle):
 
     def throttle_failure(self) -> bool:
         return False
-
-    def wait(self) -> float | None:
-        return None if self._never else super().wait()
 
 
 class AnonRateThrottle(SimpleRateThrottle, throttling.AnonRateThrottle):
@@ -184,7 +198,7 @@ class PolicyThrottle(_GCRADecided, throttling.BaseThrottle):
         self.policy, self.cost = policy, cost
 
     def allow_request(self, request: HttpRequest) -> bool:
-        self.decision = None
+        self._forget()
         policy = get_policy(self.policy)
         if policy.concurrency:
             raise ImproperlyConfigured(f"PolicyThrottle({self.policy!r}): the policy has concurrency limits, which a "

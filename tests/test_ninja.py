@@ -249,3 +249,34 @@ def test_ninja_decisions_are_counted_and_audited_like_any_other(rec):
     rec.flush()
     [row] = AuditEvent.objects.filter(policy="ninja.anon")
     assert (row.outcome, row.limit, row.path, row.method) == ("denied", "anon", "/api/anon", "GET")
+
+
+def test_wait_is_this_threads_own_under_concurrent_requests():
+    """ninja shares one throttle instance between threads: another thread's admission between
+    this thread's denial and its wait() does not change the wait."""
+    import threading
+
+    from django.test import RequestFactory
+
+    throttle = AnonRateThrottle("1/h")
+    first, second = RequestFactory().get("/", REMOTE_ADDR="192.0.2.1"), RequestFactory().get("/", REMOTE_ADDR="192.0.2.2")
+    for request in (first, second):
+        request.auth = None
+    assert throttle.allow_request(first)
+    denied_done, admitted_done, waits = threading.Barrier(2), threading.Barrier(2), []
+
+    def denied():
+        assert not throttle.allow_request(first)
+        denied_done.wait()
+        admitted_done.wait()
+        waits.append(throttle.wait())
+
+    def admitted():
+        denied_done.wait()
+        assert throttle.allow_request(second)
+        admitted_done.wait()
+
+    threads = [threading.Thread(target=denied), threading.Thread(target=admitted)]
+    [t.start() for t in threads]
+    [t.join(30) for t in threads]
+    assert len(waits) == 1 and 3500 < waits[0] <= 3600
