@@ -11,7 +11,7 @@ class DjangoGCRAConfig(AppConfig):
     def ready(self) -> None:
         # The system checks; override invalidation; and the observers of every decision
         # (the audit trail and metrics; the limiter knows neither).
-        from . import audit, checks, metrics, overrides, regions, tally  # noqa: F401
+        from . import audit, checks, metrics, otel, overrides, regions, tally  # noqa: F401
         from .signals import notable_observers, observers
 
         override_model = self.get_model("LimitOverride")
@@ -20,3 +20,4 @@ class DjangoGCRAConfig(AppConfig):
         observers[:] = [tally.on_decision]
         regions.observe_demand()  # and a region's demand, first, while REGIONS is set
         notable_observers[:] = [audit.on_decision, metrics.on_decision]
+        otel.observe()  # OpenTelemetry's observers, only while DJANGO_GCRA["OTEL"] is True

@@ -187,29 +187,30 @@ def parse_drf_rate(rate: Any) -> tuple[int | None, int | None]:
 
 
 def throttle_policy(name: str, num_requests: int, duration: int, burst: int | None,
-                    algorithm: str = "gcra", *, record: bool = True) -> Policy:
+                    algorithm: str = "gcra", *, record: bool = True, framework: str = "drf") -> Policy:
     """The one-limit policy ``drf.<name>`` of a throttle's rate, keyed by its cache key and
     rate, registered in the plane (unless ``record`` is false: a check trying a rate);
     ``ImproperlyConfigured`` when the algorithm cannot run the rate (or a sliding limit is
-    given a burst)."""
-    policy = _throttle_policy(name, num_requests, duration, burst, algorithm)
+    given a burst). ``framework`` prefixes the name (django-ninja's throttles: ``ninja``)."""
+    policy = _throttle_policy(name, num_requests, duration, burst, algorithm, framework)
     if record:
-        args = (name, num_requests, duration, burst, algorithm)
+        args = (name, num_requests, duration, burst, algorithm, framework)
         register(policy.name, DRF, args, functools.partial(_throttle_policy, *args))
     return policy
 
 
 @functools.lru_cache(maxsize=512)
-def _throttle_policy(name: str, num_requests: int, duration: int, burst: int | None, algorithm: str) -> Policy:
+def _throttle_policy(name: str, num_requests: int, duration: int, burst: int | None, algorithm: str,
+                     framework: str = "drf") -> Policy:
     limit: dict[str, Any] = {"name": name, "key": ["cache_key", "rate"], "rate": f"{num_requests}/{duration}s",
                              "algorithm": algorithm}
     if burst is not None or algorithm == "gcra":
         limit["burst"] = burst
     raw = {"limits": [limit]}
     try:
-        return build_policy(f"drf.{name}", raw, {"cache_key": None, "rate": None}, "drf")
+        return build_policy(f"{framework}.{name}", raw, {"cache_key": None, "rate": None}, framework)
     except ImproperlyConfigured as exc:  # name the rate, not a POLICIES entry the user never wrote
-        why = str(exc).removeprefix("drf['limits'][0]").removeprefix("['rate']").lstrip(": ")
+        why = str(exc).removeprefix(f"{framework}['limits'][0]").removeprefix("['rate']").lstrip(": ")
         raise ImproperlyConfigured(f"Throttle rate {num_requests}/{duration}s ({algorithm}, burst {burst}): "
                                    f"{why}") from None
 

@@ -4,7 +4,8 @@ Every ID is listed in docs/reference/checks.md. Ranges: E001-E019 policies and t
 settings, E020-E029 surfaces, E030-E039 policy plane, E040-E049 resilience, E050-E059
 leases, E060-E069 DRF throttles, E070-E079 load shedding,
 E080-E089 multi-region budgets, E090-E099 concurrency limits, E100-E109 shaping
-(``max_wait``), E110-E119 the off switch and the test kit (``ENABLED``).
+(``max_wait``), E110-E119 the off switch and the test kit (``ENABLED``),
+E140-E149 frameworks and signals (OpenTelemetry).
 """
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ class Codes:
 
     BAD_ENABLED = "django_gcra.E110"
     LIMITER_DISABLED = "django_gcra.W110"
+    BAD_OTEL = "django_gcra.E140"
+    OTEL_MISSING = "django_gcra.E141"
 
 
 @dataclass(frozen=True)

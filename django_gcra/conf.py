@@ -64,7 +64,7 @@ DEFAULTS: dict[str, Any] = {
     "OVERRIDE_TTL": 30.0,  # seconds after which overrides are reloaded even if the stamp is unreadable
     "AUDIT": AUDIT_DEFAULTS,
     # Surfaces: docs/surfaces/
-    "HEADERS": "draft-11",  # draft-11 | draft-03 | x-ratelimit | none
+    "HEADERS": "draft-11",  # draft-11 | draft-03 | x-ratelimit | github | none, or a list of styles
     "DENIED_VIEW": None,  # dotted path: (request, decision) -> HttpResponse
     "IPV6_PREFIX": 64,  # IPv6 clients are grouped by this network prefix
     # Resilience (docs/operations.md): the limiter's own Redis timeouts (ms), the circuit
@@ -79,9 +79,10 @@ DEFAULTS: dict[str, Any] = {
     # Multi-region budgets (docs/howto/multi-region.md): {"local", "caches", "rebalance_interval", ...}
     "REGIONS": None,
     "SHEDDING": SHEDDING_DEFAULTS,
+    "OTEL": False,  # OpenTelemetry counters and span attributes (docs/howto/opentelemetry.md)
 }
 
-HEADER_STYLES = ("draft-11", "draft-03", "x-ratelimit", "none")
+HEADER_STYLES = ("draft-11", "draft-03", "x-ratelimit", "github", "none")
 DRF_ALGORITHMS = ("gcra", "sliding_log", "sliding_window")
 SLOW_TIMEOUT_MS = 1000  # above this a slow Redis visibly stalls every request (W040)
 MAX_SECONDS = 86_400.0  # the longest interval any timing setting may have
@@ -132,7 +133,7 @@ class Settings:
     override_refresh: float = 1.0
     override_ttl: float = 30.0
     audit: AuditSettings = AuditSettings()
-    headers: str = "draft-11"
+    headers: tuple[str, ...] = ("draft-11",)  # the styles of HEADERS (a string is one style)
     denied_view: str | None = None
     ipv6_prefix: int = 64
     timeout: float = 0.010
@@ -144,6 +145,7 @@ class Settings:
     drf_algorithm: str = "gcra"
     regions: RegionSettings | None = None  # None: one region, every limit enforced whole
     shedding: SheddingSettings = SheddingSettings()
+    otel: bool = False
 
 
 class _Reader:
@@ -248,7 +250,7 @@ def _build() -> tuple[Settings, tuple[Problem, ...]]:
         policies=MappingProxyType(policies), routes=routes, default_tier=default_tier,
         fallback_processes=fallback_processes, fallback_log_interval=float(log_interval), lease_max_keys=max_keys,
         drf_algorithm=drf_algorithm,
-        regions=regions, shedding=_shedding(read), **surfaces, **timing)
+        regions=regions, shedding=_shedding(read), otel=_otel(read.get("OTEL"), found), **surfaces, **timing)
     return built, tuple(found)
 
 
@@ -267,12 +269,7 @@ def _tier_problems(policies: Mapping[str, Policy], default_tier: str | None) -> 
 def _surface_settings(read: _Reader) -> dict[str, Any]:
     found = read.found
     values: dict[str, Any] = {}
-    headers = read.get("HEADERS")
-    if headers not in HEADER_STYLES:
-        found.append(Problem(Codes.BAD_HEADERS, f"DJANGO_GCRA['HEADERS'] is {headers!r}.",
-                             f"Use one of {', '.join(HEADER_STYLES)}."))
-        headers = DEFAULTS["HEADERS"]
-    values["headers"] = headers
+    values["headers"] = _header_styles(read.get("HEADERS"), found)
     denied_view = read.get("DENIED_VIEW")
     if denied_view is not None and (not isinstance(denied_view, str) or not denied_view):
         found.append(Problem(Codes.BAD_DENIED_VIEW, f"DJANGO_GCRA['DENIED_VIEW'] is {denied_view!r}.",
@@ -292,6 +289,52 @@ def _surface_settings(read: _Reader) -> dict[str, Any]:
         hops = 0
     values["trusted_proxies"] = hops
     return values
+
+
+def otel_installed() -> bool:
+    """True when OpenTelemetry's API (its metrics and trace modules) can be imported."""
+    try:
+        import opentelemetry.metrics
+        import opentelemetry.trace  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _otel(value: Any, found: list[Problem]) -> bool:
+    """``OTEL``: a bool; True needs OpenTelemetry's API installed."""
+    if not isinstance(value, bool):
+        found.append(Problem(Codes.BAD_OTEL, f"DJANGO_GCRA['OTEL'] is {value!r}; it must be True or False."))
+        return False
+    if value and not otel_installed():
+        found.append(Problem(Codes.OTEL_MISSING, "DJANGO_GCRA['OTEL'] is True but OpenTelemetry's API is not "
+                             "installed.", "pip install opentelemetry-api (the [otel] extra), or set OTEL "
+                             "to False."))
+        return False
+    return value
+
+
+def _header_styles(headers: Any, found: list[Problem]) -> tuple[str, ...]:
+    """``HEADERS``: one style, or a list of styles whose fields are all sent."""
+    hint = f"Use one of {', '.join(HEADER_STYLES)}, or a list of them such as ['draft-11', 'github']."
+    styles = (headers,) if isinstance(headers, str) else headers
+    if not isinstance(styles, (list, tuple)) or not styles:
+        found.append(Problem(Codes.BAD_HEADERS, f"DJANGO_GCRA['HEADERS'] is {headers!r}.", hint))
+        return (DEFAULTS["HEADERS"],)
+    bad = [s for s in styles if not isinstance(s, str) or s not in HEADER_STYLES]
+    if bad:
+        found.append(Problem(Codes.BAD_HEADERS, f"DJANGO_GCRA['HEADERS'] is {headers!r}: unknown style "
+                             f"{bad[0]!r}.", hint))
+        return (DEFAULTS["HEADERS"],)
+    if len(set(styles)) != len(styles):
+        found.append(Problem(Codes.BAD_HEADERS, f"DJANGO_GCRA['HEADERS'] {headers!r} names a style twice.",
+                             "Name each style once."))
+    elif "none" in styles and len(styles) > 1:
+        found.append(Problem(Codes.BAD_HEADERS, f"DJANGO_GCRA['HEADERS'] {headers!r} names 'none' with other "
+                             "styles.", "Give 'none' alone (no quota header), or only the styles to send."))
+    else:
+        return tuple(styles)
+    return (DEFAULTS["HEADERS"],)
 
 
 def _timing_settings(read: _Reader) -> dict[str, Any]:

@@ -23,7 +23,10 @@ Only enforced limits are shown: a shadow limit is never advertised, and a policy
 limits are all in shadow sends no quota header. ``RateLimit-Policy`` lists every
 enforced limit evaluated; ``RateLimit`` names the binding one. The ``HEADERS`` setting
 picks the fields: ``draft-11`` (X-RateLimit-* and the two draft-11 fields), ``draft-03``
-(X-RateLimit-* and RateLimit-Limit/-Remaining/-Reset), ``x-ratelimit`` or ``none``.
+(X-RateLimit-* and RateLimit-Limit/-Remaining/-Reset), ``x-ratelimit``, ``github``
+(X-RateLimit-* as GitHub's API sends them: also ``X-RateLimit-Used``, the units used of
+the limit, and ``X-RateLimit-Resource``, the policy's name) or ``none``; or a list of
+styles, whose fields are all sent (``["draft-11", "github"]``).
 ``Retry-After`` (whole seconds, rounded up) is sent on every denial whatever the style,
 except when no wait can ever admit the request.
 """
@@ -78,13 +81,14 @@ def enforced_binding(decision: Decision) -> tuple[LimitState | None, Sequence[Li
     return min(enforced, key=lambda s: s.remaining), enforced
 
 
-def quota_headers(decision: Decision, style: str | None = None) -> dict[str, str]:
-    """The quota headers for ``decision`` and, on a denial, ``Retry-After``."""
-    style = get_settings().headers if style is None else style
+def quota_headers(decision: Decision, style: str | Sequence[str] | None = None) -> dict[str, str]:
+    """The quota headers for ``decision`` and, on a denial, ``Retry-After``; ``style``: one
+    style or several (default: the ``HEADERS`` setting)."""
+    styles = get_settings().headers if style is None else (style,) if isinstance(style, str) else tuple(style)
     headers: dict[str, str] = {}
     if not decision.allowed and not decision.impossible:
         headers["Retry-After"] = retry_after_header(decision.retry_after)
-    if style == "none":
+    if not styles or styles == ("none",):
         return headers
     binding, enforced = enforced_binding(decision)
     if binding is None:
@@ -96,10 +100,13 @@ def quota_headers(decision: Decision, style: str | None = None) -> dict[str, str
     headers["X-RateLimit-Limit"] = str(binding.burst)
     headers["X-RateLimit-Remaining"] = str(remaining)
     headers["X-RateLimit-Reset"] = str(math.ceil(time.time()) + reset)
-    if style == "draft-11":
+    if "github" in styles:
+        headers["X-RateLimit-Used"] = str(max(0, binding.burst - remaining))
+        headers["X-RateLimit-Resource"] = decision.policy
+    if "draft-11" in styles:
         headers["RateLimit-Policy"] = ", ".join(_policy_item(s) for s in enforced)
         headers["RateLimit"] = f"{_sf_string(binding.name)};r={remaining};t={reset}"
-    elif style == "draft-03":
+    if "draft-03" in styles:
         headers.update({"RateLimit-Limit": str(binding.burst), "RateLimit-Remaining": str(remaining),
                         "RateLimit-Reset": str(reset)})
     return headers

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from . import otel
 from .backends.slots import stats as slot_stats
 from .decision import OUTCOMES, Decision, outcome_of
 
@@ -121,6 +122,7 @@ def count_decisions_from(source: Callable[[], Mapping[tuple[str, str, str], int]
     in this process, by (policy, limit, outcome) (``tally`` calls this when imported)."""
     global _source
     _source = source
+    otel.count_decisions_from(source)  # OpenTelemetry's counter, when on, observes the same counts
 
 
 def forget_exported() -> None:
@@ -163,11 +165,13 @@ def on_decision(sender: Any, decision: Decision, request: Any = None, **kwargs: 
 
 
 def audit_failed(rows: int) -> None:
+    otel.audit_failed(rows)
     if AVAILABLE:
         AUDIT_FAILURES.inc()
         AUDIT_DROPPED.inc(rows)
 
 
 def audit_dropped(records: int = 1) -> None:
+    otel.audit_dropped(records)
     if AVAILABLE:
         AUDIT_DROPPED.inc(records)

@@ -1,6 +1,6 @@
 """Retry helpers for clients of rate-limited HTTP APIs (an optional extra).
 
-    pip install "django-gcra[client]"   # or [client-requests] / [client-httpx]
+    pip install requests httpx   # what the [client] extra installs; either one is enough
 
     requests.Session().mount("http://", RetryingAdapter())
     httpx.Client(transport=RetryingTransport())
@@ -51,8 +51,8 @@ def __getattr__(name: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name != library:
             raise
-        raise ImportError(f"django_gcra.client.{name} needs {library}: pip install \"django-gcra[client]\" "
-                          f"(or {library})") from exc
+        raise ImportError(f"django_gcra.client.{name} needs {library}: pip install {library} "
+                          "(the [client] extra installs it)") from exc
     globals()[name] = value
     return value
 
