@@ -82,7 +82,7 @@ def quota_headers(decision: Decision, style: str | None = None) -> dict[str, str
     """The quota headers for ``decision`` and, on a denial, ``Retry-After``."""
     style = get_settings().headers if style is None else style
     headers: dict[str, str] = {}
-    if not decision.allowed and not decision.impossible:
+    if not decision.allowed and not decision.impossible and not decision.blocked:  # (a 403 is no "retry later")
         headers["Retry-After"] = retry_after_header(decision.retry_after)
     if style == "none":
         return headers

@@ -15,12 +15,14 @@ from typing import Any
 from django.http import HttpRequest
 
 from . import leases
+from .access import acheck, check
 from .algorithm import ALLOWED
 from .backends import BackendError, Outcome
 from .backends.key_lease import Served
 from .backends.lease_backend import LeasingBackend
 from .decision import Decision, LimitState
 from .fallback import UNAVAILABLE, on_failure
+from .overrides import cache as plane
 from .plan import Plan, get_policy, plan
 from .policy import Policy
 from .rates import Rate
@@ -49,6 +51,8 @@ def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, 
     consumed. Shadow limits, sliding limits and fallback decisions never wait.
     """
     wait_us = max_wait_us(max_wait) if max_wait else 0
+    if plane.ruled and (ruled := check(policy, descriptors, cost, request)) is not None:
+        return ruled  # exempt or deny (access.py): no store call
     p = plan(policy, descriptors, cost)
     if not p.specs:
         return _finish(p, None, request)
@@ -73,6 +77,8 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
     """``decide()`` for async code: never blocks the event loop on the store, and waits
     for a reserved slot with ``asyncio.sleep`` (a cancelled wait still used its slot)."""
     wait_us = max_wait_us(max_wait) if max_wait else 0
+    if plane.ruled and (ruled := await acheck(policy, descriptors, cost, request)) is not None:
+        return ruled
     p = plan(policy, descriptors, cost)
     if not p.specs:
         return _finish(p, None, request)
