@@ -204,10 +204,11 @@ def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[st
     near = near_keys(since, now, error)
     state = fallback.status()
     access: dict[str, dict[str, int]] = {}  # policy -> exempt and blocked counts
-    for (policy_name, _limit, outcome), values in raw.items():
-        if outcome in ACCESS_OUTCOMES and sum(values):
+    for (policy_name, _limit, outcome), per_bucket in raw.items():
+        total: int = sum(per_bucket)
+        if outcome in ACCESS_OUTCOMES and total:
             counts = access.setdefault(policy_name, dict.fromkeys(ACCESS_OUTCOMES, 0))
-            counts[outcome] += sum(values)
+            counts[outcome] += total
     return {
         "period": period, "periods": [(k, v[2]) for k, v in PERIODS.items()], "period_label": label,
         "since": since_dt, "until": datetime.datetime.fromtimestamp(now, datetime.timezone.utc),
