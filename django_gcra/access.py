@@ -60,14 +60,13 @@ def rule_sets(pol: Policy) -> list[RuleSet]:
 def check(policy: str | Policy, descriptors: Mapping[str, Any], cost: int,
           request: HttpRequest | None) -> Decision | None:
     """The blocked or exempt decision when a rule matches; None otherwise (``decide`` goes on)."""
-    pol, sets = _prepare(policy, descriptors, cost)
+    pol, sets, names = _prepare(policy, descriptors, cost)
     if not sets:
         return None
-    values = _values(pol, descriptors, sets)
-    if request is not None:
-        missing = [name for name in _names(sets) if name not in values and name != "ip" and name not in descriptors]
-        if missing:
-            values.update(_strings(descriptors_for(request, missing)))
+    values = _strings({name: descriptors[name] for name in pol.descriptors | names if name in descriptors})
+    missing = _missing(names, descriptors, request)
+    if missing:
+        values.update(_strings(descriptors_for(request, missing)))
     addresses = _addresses(sets, values, request)
     now = time.time()
     for kind in (DENY, EXEMPT):
@@ -88,14 +87,13 @@ async def acheck(policy: str | Policy, descriptors: Mapping[str, Any], cost: int
     """``check`` for ``adecide``: descriptors of the request are read with
     ``adescriptors_for`` and async callables are awaited (sync ones are called directly:
     like a descriptor callable, they must not do I/O)."""
-    pol, sets = _prepare(policy, descriptors, cost)
+    pol, sets, names = _prepare(policy, descriptors, cost)
     if not sets:
         return None
-    values = _values(pol, descriptors, sets)
-    if request is not None:
-        missing = [name for name in _names(sets) if name not in values and name != "ip" and name not in descriptors]
-        if missing:
-            values.update(_strings(await adescriptors_for(request, missing)))
+    values = _strings({name: descriptors[name] for name in pol.descriptors | names if name in descriptors})
+    missing = _missing(names, descriptors, request)
+    if missing:
+        values.update(_strings(await adescriptors_for(request, missing)))
     addresses = _addresses(sets, values, request)
     now = time.time()
     for kind in (DENY, EXEMPT):
@@ -111,9 +109,10 @@ async def acheck(policy: str | Policy, descriptors: Mapping[str, Any], cost: int
     return None
 
 
-def _prepare(policy: str | Policy, descriptors: Mapping[str, Any], cost: int) -> tuple[Policy, list[RuleSet]]:
-    """The policy and its rule sets, after the checks ``plan`` makes of the call (a call in
-    error raises whether or not a rule matches)."""
+def _prepare(policy: str | Policy, descriptors: Mapping[str, Any],
+             cost: int) -> tuple[Policy, list[RuleSet], frozenset[str]]:
+    """The policy, its rule sets and the descriptors they match on, after the checks
+    ``plan`` makes of the call (a call in error raises whether or not a rule matches)."""
     settings = conf.standing or get_settings()
     pol = settings.policies.get(policy) if type(policy) is str else None
     if pol is None:
@@ -126,11 +125,16 @@ def _prepare(policy: str | Policy, descriptors: Mapping[str, Any], cost: int) ->
         if name not in descriptors:
             raise KeyError(f"policy {pol.name!r} needs descriptor {name!r}; pass None to skip the limits that "
                            "use it")
-    return pol, rule_sets(pol)
+    sets = rule_sets(pol)
+    return pol, sets, frozenset().union(*(rules.names for rules in sets))
 
 
-def _names(sets: list[RuleSet]) -> set[str]:
-    return {name for rules in sets for name in rules.names}
+def _missing(names: frozenset[str], descriptors: Mapping[str, Any], request: HttpRequest | None) -> list[str]:
+    """The descriptors the rules match on that the call did not pass: read from the request
+    (``ip`` is matched on the request's own address instead)."""
+    if request is None:
+        return []
+    return [name for name in names if name not in descriptors and name != "ip"]
 
 
 def _strings(found: Mapping[str, Any]) -> dict[str, str]:
@@ -144,12 +148,6 @@ def _strings(found: Mapping[str, Any]) -> dict[str, str]:
             raise TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
         values[name] = str(value)
     return values
-
-
-def _values(pol: Policy, descriptors: Mapping[str, Any], sets: list[RuleSet]) -> dict[str, str]:
-    """The passed values a decision records (the policy's descriptors) and the rules read."""
-    wanted = pol.descriptors | _names(sets)
-    return _strings({name: descriptors[name] for name in wanted if name in descriptors})
 
 
 def _addresses(sets: list[RuleSet], values: Mapping[str, str],

@@ -153,6 +153,7 @@ class OverrideCache:
                 logger.warning("django_gcra: could not load limit overrides and access rules (keeping %d, %d): %s",
                                len(self.index), len(self.access), exc)
             self.failing = True
+            self.ruled = bool(self.access) or get_settings().ruled  # (the rules kept, and the settings')
             return
         self.index, self.access, self.version, self.loaded_at, self.failing = (
             index, access, version, time.monotonic(), False)

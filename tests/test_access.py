@@ -312,10 +312,10 @@ def test_an_expired_rule_stops_applying_without_a_save(rules, save_rule):
     from django.utils import timezone
 
     rules()
-    soon = timezone.now() + datetime.timedelta(seconds=0.4)
+    soon = timezone.now() + datetime.timedelta(seconds=1.5)
     save_rule(kind="deny", descriptor="ip", value="198.51.100.7", expires_at=soon)
     assert decide("login", {"ip": "198.51.100.7"}).blocked
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 10
     while decide("login", {"ip": "198.51.100.7"}).blocked and time.monotonic() < deadline:
         time.sleep(0.05)
     assert timezone.now() >= soon
@@ -368,12 +368,10 @@ def test_an_access_rule_saved_in_one_process_is_in_force_in_another_within_about
         committed = run(config, "rule-save", json.dumps({"kind": "exempt", "policy": "browser",
                                                          "descriptor": "tenant", "value": "acme"}))
         assert watcher.wait_for("exempt") - committed < 2.0
-        expires = time.time() + 2.0
-        run(config, "rule-save", json.dumps({"kind": "deny", "descriptor": "tenant", "value": "acme",
-                                             "expires_at": datetime.datetime.fromtimestamp(
-                                                 expires, datetime.timezone.utc).isoformat()}))
-        assert watcher.wait_for("blocked") < expires
+        committed = run(config, "rule-save", json.dumps({"kind": "deny", "descriptor": "tenant", "value": "acme",
+                                                         "expires_in": 3.0}))
+        assert watcher.wait_for("blocked") - committed < 2.0
         lifted = watcher.wait_for("allowed")  # expired: no save needed
-        assert expires <= lifted < expires + 0.5
+        assert 2.9 <= lifted - committed < 3.5
     finally:
         watcher.stop()

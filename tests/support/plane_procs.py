@@ -8,7 +8,7 @@ Commands: ``migrate``; ``watch`` (print the burst in force for tenant acme whene
 changes, as ``burst <n|off> <unix time>``); ``watch-access`` (the same with the outcome of
 tenant acme's decisions, ``outcome <allowed|blocked|exempt> <unix time>``); ``orm-save
 FIELDS_JSON`` / ``admin-add FORM_JSON`` / ``orm-delete`` / ``rule-save FIELDS_JSON`` (an
-``AccessRule``, replacing every other) (write, then print ``committed <unix time>``).
+``AccessRule``, replacing every other; ``expires_in``: seconds from the save) (write, then print ``committed <unix time>``).
 """
 
 from __future__ import annotations
@@ -106,8 +106,14 @@ def main(argv: list[str]) -> None:
     elif command == "rule-save":
         from django_gcra.models import AccessRule
 
+        fields = json.loads(argv[2])
+        if "expires_in" in fields:  # seconds from now (this process's now: no startup time in it)
+            import datetime
+
+            fields["expires_at"] = datetime.datetime.fromtimestamp(time.time() + fields.pop("expires_in"),
+                                                                   datetime.timezone.utc)
         AccessRule.objects.all().delete()
-        AccessRule.objects.create(**json.loads(argv[2]))
+        AccessRule.objects.create(**fields)
     else:
         raise SystemExit(f"unknown command {command!r}")
     if not command.startswith("watch"):
