@@ -43,7 +43,8 @@ def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, 
 
     ``descriptors`` maps each descriptor the policy's limits use to a value; None
     skips the limits that use it. ``cost=0`` peeks without consuming. ``request`` is
-    passed to the ``decision`` signal (audit, metrics) and changes nothing else.
+    passed to the ``decision`` signal (audit, metrics); exempt and deny rules read it too
+    (its address, the descriptors not passed, the callable rules: ``access.py``).
 
     ``max_wait`` (seconds; shaping): a request that would be denied but fits within
     ``max_wait`` gets its own future slot in the same script call, and ``decide`` returns

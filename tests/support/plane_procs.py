@@ -8,7 +8,7 @@ Commands: ``migrate``; ``watch`` (print the burst in force for tenant acme whene
 changes, as ``burst <n|off> <unix time>``); ``watch-access`` (the same with the outcome of
 tenant acme's decisions, ``outcome <allowed|blocked|exempt> <unix time>``); ``orm-save
 FIELDS_JSON`` / ``admin-add FORM_JSON`` / ``orm-delete`` / ``rule-save FIELDS_JSON`` (an
-``AccessRule``, replacing every other; ``expires_in``: seconds from the save) (write, then print ``committed <unix time>``).
+``AccessRule``, replacing every other; ``expires_in``: seconds from now, printed as ``expires <unix time>``) (write, then print ``committed <unix time>``).
 """
 
 from __future__ import annotations
@@ -110,8 +110,9 @@ def main(argv: list[str]) -> None:
         if "expires_in" in fields:  # seconds from now (this process's now: no startup time in it)
             import datetime
 
-            fields["expires_at"] = datetime.datetime.fromtimestamp(time.time() + fields.pop("expires_in"),
-                                                                   datetime.timezone.utc)
+            expires = time.time() + fields.pop("expires_in")
+            fields["expires_at"] = datetime.datetime.fromtimestamp(expires, datetime.timezone.utc)
+            print(f"expires {expires:.3f}", flush=True)
         AccessRule.objects.all().delete()
         AccessRule.objects.create(**fields)
     else:
