@@ -37,7 +37,7 @@ from .conf import get_settings
 from .decision import Decision
 from .identity import adescriptors_for, client_address, descriptors_for, resolve_custom
 from .overrides import cache
-from .plan import get_policy
+from .plan import bad_cost, bad_descriptor, get_policy, missing_descriptor
 from .policy import Policy
 from .rules import DENY, EXEMPT, RuleSet, as_address
 from .signals import decision as decision_signal
@@ -117,14 +117,11 @@ def _prepare(policy: str | Policy, descriptors: Mapping[str, Any],
     pol = settings.policies.get(policy) if type(policy) is str else None
     if pol is None:
         pol = get_policy(policy)
-    if type(cost) is not int:
-        raise TypeError(f"cost must be an int, not {type(cost).__name__}")
-    if cost < 0:
-        raise ValueError(f"cost must be >= 0, not {cost}")
+    if type(cost) is not int or cost < 0:
+        raise bad_cost(cost)
     for name in pol.descriptors:
         if name not in descriptors:
-            raise KeyError(f"policy {pol.name!r} needs descriptor {name!r}; pass None to skip the limits that "
-                           "use it")
+            raise missing_descriptor(pol, name)
     sets = rule_sets(pol)
     return pol, sets, frozenset().union(*(rules.names for rules in sets))
 
@@ -145,7 +142,7 @@ def _strings(found: Mapping[str, Any]) -> dict[str, str]:
         if value is None:
             continue
         if type(value) is not str and type(value) is not int:
-            raise TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
+            raise bad_descriptor(name, value)
         values[name] = str(value)
     return values
 
@@ -182,7 +179,8 @@ def _callables(sets: list[RuleSet], kind: str) -> list[str]:
 
 def _decided(pol: Policy, kind: str, values: dict[str, str], addresses: list[Any], rule: str, cost: int,
              request: HttpRequest | None) -> Decision:
-    """The decision of a matched rule, offered to the observers and sent, as ``decide``'s are."""
+    """The decision of a matched rule, offered to the observers and sent, as ``limiter._finish``
+    offers and sends a decision that is not a plain admission."""
     if "ip" not in values and rule.startswith("ip=") and addresses:  # matched on the client's own address
         values["ip"] = str(addresses[-1])
     name = pol.name
