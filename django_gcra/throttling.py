@@ -154,8 +154,8 @@ class GCRAThrottle(BaseThrottle):
 
     def wait(self) -> float | None:
         """Seconds until this request would be admitted: exact; None if it never will."""
-        if self.decision is None or self.decision.allowed or self.decision.impossible:
-            return None
+        if self.decision is None or self.decision.allowed or self.decision.impossible or self.decision.blocked:
+            return None  # (blocked: a deny rule; no wait helps)
         return self.decision.retry_after
 
 
