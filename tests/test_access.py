@@ -185,6 +185,25 @@ async def test_callable_rules_apply_at_async_surfaces(rules):
     assert probe.status_code == 200 and "X-RateLimit-Limit" not in probe
 
 
+async def test_async_surfaces_read_a_rule_s_descriptor_from_the_request(rules):
+    await asyncio.to_thread(rules, DENY=[{"tenant": ["leaked"]}])
+    assert_forbidden(await AsyncClient().get("/ainline/", headers={"X-Tenant": "leaked"}))
+    assert (await AsyncClient().get("/ainline/", headers={"X-Tenant": "fine"})).status_code == 200
+
+
+def test_without_rules_decide_never_looks_for_them(rules, monkeypatch):
+    rules()
+
+    def looked(*args, **kwargs):
+        raise AssertionError("decide() looked for rules while none is configured")
+
+    monkeypatch.setattr("django_gcra.limiter.check", looked)
+    monkeypatch.setattr("django_gcra.limiter.acheck", looked)
+    assert decide("login", {"ip": "192.0.2.10"}).allowed
+    assert asyncio.run(adecide("login", {"ip": "192.0.2.10"})).allowed
+    assert Client().get("/api/ping/", REMOTE_ADDR="192.0.2.11").status_code == 200
+
+
 def test_a_global_rule_on_a_descriptor_the_policy_does_not_use_is_read_from_the_request(rules):
     rules(DENY=[{"tenant": ["leaked"]}], EXEMPT=[{"ip": ["10.0.0.0/8"]}])
     assert_forbidden(Client().get("/inline/", REMOTE_ADDR="192.0.2.5", HTTP_X_TENANT="leaked"))  # keyed by ip
