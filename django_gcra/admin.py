@@ -1,4 +1,4 @@
-"""Admin for the policy plane: overrides (hot-reloaded on save), the audit trail, the shadow
+"""Admin for the policy plane: overrides and access rules (hot-reloaded on save), the audit trail, the shadow
 report and the dashboard. Lists are laid out for a 1280 px window: short labels, the
 columns an operator reads, times to the second with the time zone."""
 
@@ -20,13 +20,13 @@ from django.utils.translation import ngettext
 
 from . import catalog, overrides
 from .dashboard import dashboard, reset_key
-from .forms import LimitOverrideForm, configured
-from .models import AuditEvent, Dashboard, LimitOverride
+from .forms import AccessRuleForm, LimitOverrideForm, configured
+from .models import AccessRule, AuditEvent, Dashboard, LimitOverride
 from .override_rules import override_problem
 from .report import report_csv, shadow_report
 
 OUTCOME_LABELS = {"denied": _("denied"), "shadow_denied": _("shadow"), "fallback_denied": _("fallback"),
-                  "reset": _("reset")}
+                  "blocked": _("blocked"), "reset": _("reset")}
 CONSOLE_CSS = "django_gcra/console.css"
 
 
@@ -158,6 +158,40 @@ class LimitOverrideAdmin(admin.ModelAdmin):
         form = context["adminform"].form
         context["gcra_limits"] = getattr(form, "limits_table", {})
         return super().render_change_form(request, context, *args, **kwargs)
+
+
+@admin.register(AccessRule)
+class AccessRuleAdmin(admin.ModelAdmin):
+    """Exempt and deny rules: in force on every process within about a second of a save
+    (the overrides' version stamp), never read from the database on the request path."""
+
+    form = AccessRuleForm
+    list_display = ["kind", "rule", "policy_label", "state", "by", "updated"]
+    list_filter = [ActiveFilter, "kind", "descriptor", "policy", "enabled"]
+    list_select_related = ["changed_by"]
+    search_fields = ["value", "reason", "policy", "descriptor"]
+    readonly_fields = ["created_at", "updated_at", "changed_by"]
+    fieldsets = [
+        (None, {"fields": ["kind", "policy", "descriptor", "value"]}),
+        (_("In force"), {"fields": ["enabled", "expires_at"]}),
+        (_("Why"), {"fields": ["reason", "changed_by", "created_at", "updated_at"]}),
+    ]
+
+    @admin.display(description=_("rule"), ordering="value")
+    def rule(self, obj: AccessRule) -> str:
+        return f"{obj.descriptor}={obj.value}"
+
+    @admin.display(description=_("policy"), ordering="policy")
+    def policy_label(self, obj: AccessRule) -> str:
+        return obj.policy or str(_("every policy"))
+
+    state = LimitOverrideAdmin.state
+    by = LimitOverrideAdmin.by
+    updated = LimitOverrideAdmin.updated
+
+    def save_model(self, request: HttpRequest, obj: AccessRule, form: Any, change: bool) -> None:
+        obj.changed_by = request.user
+        super().save_model(request, obj, form, change)  # post_save reloads the rules on commit
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -3,7 +3,9 @@
 An observer of the notable decisions (``signals.notable_observers``) records denials (``denied``), shadow would-denies
 (``shadow_denied``) and the denials made without the store (``fallback_denied``: the
 local fallback's, and a ``closed`` policy's refusals while the store is unreachable,
-whose limit is blank) into an in-memory buffer. Records are coalesced per (policy, limit, key, outcome): a flood of
+whose limit is blank) and the refusals of a deny rule (``blocked``, limit blank, keyed by
+every descriptor the decision holds) into an in-memory buffer. Records are coalesced per
+(policy, limit, key, outcome): a flood of
 denials for one key is one buffer entry with a count. A background thread writes the
 buffer every ``AUDIT['FLUSH_INTERVAL']`` seconds with one ``bulk_create``, so a flush
 interval yields at most one row per (policy, limit, key, outcome). The buffer holds at
@@ -37,7 +39,7 @@ __all__ = ["AuditRecorder", "key_of", "on_decision", "recorder"]
 
 logger = logging.getLogger("django_gcra")
 
-AUDITED = frozenset({"denied", "shadow_denied", "fallback_denied"})
+AUDITED = frozenset({"denied", "shadow_denied", "fallback_denied", "blocked"})
 MAX_KEY = 255
 
 

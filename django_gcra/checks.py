@@ -22,7 +22,7 @@ from .decorators import waiting_view_problems
 from .drf_checks import drf_problems
 from .override_rules import override_problem
 
-__all__ = ["check_overrides", "check_settings"]
+__all__ = ["check_access_rules", "check_overrides", "check_settings"]
 
 MIDDLEWARE = "django_gcra.middleware.RateLimitMiddleware"
 AUTH_MIDDLEWARE = "django.contrib.auth.middleware.AuthenticationMiddleware"
@@ -55,6 +55,15 @@ def _callables() -> list[Problem]:
             found.append(Problem(Codes.BAD_HOME, f"DJANGO_GCRA['POLICIES'][{policy.name!r}]['budget']['home']: "
                                  f"{policy.budget.home!r} does not import, or is not callable.",
                                  "Give a dotted path to a callable taking the descriptors and returning a region."))
+    sources = [("DJANGO_GCRA", config.access)] + [
+        (f"DJANGO_GCRA['POLICIES'][{p.name!r}]", p.access) for p in config.policies.values()]
+    for where, rules in sources:
+        for kind in ("exempt", "deny"):
+            for path in rules.of(kind).callables if rules else ():
+                if not _importable(path):
+                    label = f"{where}[{kind.upper()!r}]" if where == "DJANGO_GCRA" else f"{where}[{kind!r}]"
+                    found.append(Problem(Codes.BAD_ACCESS_CALLABLE, f"{label}: {path!r} does not import, or is not "
+                                         "callable.", "Give a dotted path to a callable request -> bool."))
     if config.denied_view and not _importable(config.denied_view):
         found.append(Problem(Codes.BAD_DENIED_VIEW, f"DJANGO_GCRA['DENIED_VIEW'] {config.denied_view!r} does not "
                              "import, or is not callable.",
@@ -143,4 +152,39 @@ def check_overrides(app_configs: Any = None, databases: Any = None, **kwargs: An
             message = f"LimitOverride {row.pk} ({row}) cannot run, so it is ignored: {problem.reason}"
         found.append(_message(Problem(Codes.STALE_OVERRIDE, message,
                                       "Fix the override in the admin, or disable or delete it.")))
+    return found
+
+
+@checks.register("django_gcra", checks.Tags.database)
+def check_access_rules(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Enabled ``AccessRule`` rows the limiter cannot apply (an unknown policy or descriptor,
+    an ip value that is no address or network): they are ignored."""
+    if not databases or "default" not in databases:
+        return []
+    from .models import AccessRule
+    from .policy import is_known_descriptor
+    from .rules import parse_network
+
+    try:
+        custom = get_settings().descriptors
+        rows = list(AccessRule.objects.filter(enabled=True).values_list("pk", "policy", "descriptor", "value"))
+    except Exception:  # no table yet (before migrate), or settings in error (other checks say so)
+        return []
+    catalog.discover()
+    known = set(catalog.policies())
+    found = []
+    for pk, policy, descriptor, value in rows:
+        why = None
+        if policy and policy not in known:
+            why = f"names policy {policy!r}, which is not configured"
+        elif not is_known_descriptor(descriptor, custom):
+            why = f"names unknown descriptor {descriptor!r}"
+        elif descriptor == "ip":
+            try:
+                parse_network(value)
+            except ValueError:
+                why = f"has ip {value!r}, which is not an IP address or CIDR network"
+        if why is not None:
+            found.append(_message(Problem(Codes.STALE_ACCESS_RULE, f"AccessRule {pk} {why}; it is ignored.",
+                                          "Fix the rule in the admin, or disable or delete it.")))
     return found

@@ -4,8 +4,8 @@ Every ID is listed in docs/reference/checks.md. Ranges: E001-E019 policies and t
 settings, E020-E029 surfaces, E030-E039 policy plane, E040-E049 resilience, E050-E059
 leases, E060-E069 DRF throttles, E070-E079 load shedding,
 E080-E089 multi-region budgets, E090-E099 concurrency limits, E100-E109 shaping
-(``max_wait``), E110-E119 the off switch and the test kit (``ENABLED``),
-E140-E149 frameworks and signals (OpenTelemetry).
+(``max_wait``), E110-E119 the off switch and the test kit (``ENABLED``), E120-E129
+exemptions and deny lists, E140-E149 frameworks and signals (OpenTelemetry).
 """
 
 from __future__ import annotations
@@ -113,6 +113,13 @@ class Codes:
     LIMITER_DISABLED = "django_gcra.W110"
     BAD_OTEL = "django_gcra.E140"
     OTEL_MISSING = "django_gcra.E141"
+    BAD_ACCESS_RULES = "django_gcra.E120"
+    BAD_ACCESS_RULE = "django_gcra.E121"
+    ACCESS_UNKNOWN_DESCRIPTOR = "django_gcra.E122"
+    BAD_ACCESS_VALUES = "django_gcra.E123"
+    BAD_ACCESS_NETWORK = "django_gcra.E124"
+    BAD_ACCESS_CALLABLE = "django_gcra.E125"
+    STALE_ACCESS_RULE = "django_gcra.W120"
 
 
 @dataclass(frozen=True)

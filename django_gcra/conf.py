@@ -21,8 +21,9 @@ from django.core.signals import setting_changed
 
 from .budgets import RegionSettings, budget_problems, parse_regions
 from .codes import Codes, Problem
-from .policy import Policy, parse_policy
+from .policy import Policy, is_known_descriptor, parse_policy
 from .routes import Route, parse_routes
+from .rules import DENY, EXEMPT, RuleSet, parse_rules
 from .validation import is_int, is_number
 
 __all__ = ["AUDIT_DEFAULTS", "DEFAULTS", "SHEDDING_DEFAULTS", "AuditSettings", "BreakerSettings", "Settings",
@@ -80,6 +81,9 @@ DEFAULTS: dict[str, Any] = {
     "REGIONS": None,
     "SHEDDING": SHEDDING_DEFAULTS,
     "OTEL": False,  # OpenTelemetry counters and span attributes (docs/howto/opentelemetry.md)
+    # Exemptions and deny lists (docs/howto/exempt-and-deny.md): rules of every policy
+    "EXEMPT": [],
+    "DENY": [],
 }
 
 HEADER_STYLES = ("draft-11", "draft-03", "x-ratelimit", "github", "none")
@@ -146,6 +150,8 @@ class Settings:
     regions: RegionSettings | None = None  # None: one region, every limit enforced whole
     shedding: SheddingSettings = SheddingSettings()
     otel: bool = False
+    access: RuleSet | None = None  # EXEMPT and DENY, compiled (rules.py); None: neither has a rule
+    ruled: bool = False  # some rule in EXEMPT, DENY or a policy's own "exempt" / "deny"
 
 
 class _Reader:
@@ -245,8 +251,13 @@ def _build() -> tuple[Settings, tuple[Problem, ...]]:
                                  f"local region {regions.local!r} is served by {local_alias!r}.",
                                  "Leave CACHE_ALIAS unset with REGIONS (it is the local region's alias)."))
     found += _cache_problems(cache_alias)
+    access = RuleSet()
+    for kind in (EXEMPT, DENY):
+        parse_rules(f"DJANGO_GCRA[{kind.upper()!r}]", read.get(kind.upper()), kind,
+                    lambda d: is_known_descriptor(d, descriptors), found, access)
     built = Settings(
         enabled=enabled, cache_alias=str(cache_alias), prefix=prefix, descriptors=MappingProxyType(descriptors),
+        access=access or None, ruled=bool(access) or any(p.access for p in policies.values()),
         policies=MappingProxyType(policies), routes=routes, default_tier=default_tier,
         fallback_processes=fallback_processes, fallback_log_interval=float(log_interval), lease_max_keys=max_keys,
         drf_algorithm=drf_algorithm,

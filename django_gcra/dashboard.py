@@ -40,6 +40,8 @@ SERIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("denied", ("denied",)),
     ("fallback", ("fallback_allowed", "fallback_denied", "unavailable")),
 )
+#: Decided by an exempt or deny rule, without the store: counted per policy (limit blank), never as traffic.
+ACCESS_OUTCOMES = ("exempt", "blocked")
 WIDTH, HEIGHT, SMALL_HEIGHT = 720, 120, 36
 
 
@@ -232,11 +234,19 @@ def dashboard(period: str = DEFAULT_PERIOD, now: float | None = None) -> dict[st
         row["quota"] = quota_now(row)
     near = near_keys(since, now, error)
     state = fallback.status()
+    access: dict[str, dict[str, int]] = {}  # policy -> exempt and blocked counts
+    for (policy_name, _limit, outcome), per_bucket in raw.items():
+        total: int = sum(per_bucket)
+        if outcome in ACCESS_OUTCOMES and total:
+            counts = access.setdefault(policy_name, dict.fromkeys(ACCESS_OUTCOMES, 0))
+            counts[outcome] += total
     return {
         "period": period, "periods": [(k, v[2]) for k, v in PERIODS.items()], "period_label": label,
         "since": since_dt, "until": datetime.datetime.fromtimestamp(now, datetime.timezone.utc),
         "rows": rows, "error": error, "series": [name for name, _ in SERIES],
-        "totals": {name: sum(v) for name, v in overall.items()},
+        "totals": {**{name: sum(v) for name, v in overall.items()},
+                   **{name: sum(_sum(raw, None, None, (name,), n)) for name in ACCESS_OUTCOMES}},
+        "access": sorted(access.items()),
         "bars": stacked_bars(buckets, overall, WIDTH, HEIGHT), "chart_width": WIDTH, "chart_height": HEIGHT,
         "small_width": WIDTH / 3, "small_height": SMALL_HEIGHT,
         "top": top, "near": near, "not_in_force": not_in_force, "near_share": round(tally.NEAR_SHARE * 100),

@@ -1,4 +1,4 @@
-"""The override form: policy then limit as dependent choices, descriptor matches as
+"""The override and access rule forms. The override form: policy then limit as dependent choices, descriptor matches as
 ``name=value`` lines, every field validated against the policies of the plane (settings,
 inline ``@ratelimit`` limits and DRF scopes: ``catalog.policies()``)."""
 
@@ -12,12 +12,14 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from . import catalog
-from .models import LimitOverride
+from .conf import get_settings
+from .models import AccessRule, LimitOverride
 from .override_rules import match_problem
-from .policy import Limit, Policy
+from .policy import Limit, Policy, is_known_descriptor
 from .rates import Rate
+from .rules import parse_network
 
-__all__ = ["LimitOverrideForm", "configured", "match_lines", "parse_match", "rate_text"]
+__all__ = ["AccessRuleForm", "LimitOverrideForm", "configured", "match_lines", "parse_match", "rate_text"]
 
 
 def rate_text(rate: Rate) -> str:
@@ -149,4 +151,42 @@ class LimitOverrideForm(forms.ModelForm):
                                         policy)
         except forms.ValidationError as exc:
             self.add_error("match", exc)
+        return data
+
+
+class AccessRuleForm(forms.ModelForm):
+    """An exempt or deny rule: a policy of the plane (or every policy), a descriptor the
+    settings know, and for ``ip`` an address or CIDR network."""
+
+    policy = forms.ChoiceField(label=_("policy"), required=False, help_text=_("Blank: every policy."))
+
+    class Meta:
+        model = AccessRule
+        fields = ["kind", "policy", "descriptor", "value", "enabled", "expires_at", "reason"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        catalog.discover()
+        self.fields["policy"].choices = [("", _("every policy"))] + [
+            (name, policy_label(name)) for name in sorted(catalog.policies())]
+
+    def clean_descriptor(self) -> str:
+        name = str(self.cleaned_data.get("descriptor", "")).strip()
+        custom = get_settings().descriptors
+        if not is_known_descriptor(name, custom):
+            known = ", ".join(["ip", "user", "method", "route", "header:<Name>", *sorted(custom)])
+            raise forms.ValidationError(_("Unknown descriptor %(name)r; use one of %(known)s.")
+                                        % {"name": name, "known": known})
+        return name
+
+    def clean(self) -> dict[str, Any]:
+        data = cast("dict[str, Any]", super().clean())
+        value = str(data.get("value") or "").strip()
+        if data.get("descriptor") == "ip" and value:
+            try:
+                parse_network(value)
+            except ValueError:
+                self.add_error("value", _("%(value)r is not an IP address or CIDR network (e.g. 203.0.113.0/24, "
+                                          "2001:db8::/32, ::1).") % {"value": value})
+        data["value"] = value
         return data

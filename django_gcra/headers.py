@@ -86,7 +86,7 @@ def quota_headers(decision: Decision, style: str | Sequence[str] | None = None) 
     style or several (default: the ``HEADERS`` setting)."""
     styles = get_settings().headers if style is None else (style,) if isinstance(style, str) else tuple(style)
     headers: dict[str, str] = {}
-    if not decision.allowed and not decision.impossible:
+    if not decision.allowed and not decision.impossible and not decision.blocked:  # (a 403 is no "retry later")
         headers["Retry-After"] = retry_after_header(decision.retry_after)
     if not styles or styles == ("none",):
         return headers

@@ -3,7 +3,8 @@
 Denials: 429 Too Many Requests; 503 Service Unavailable when the policy fails closed
 because the store is unreachable (``Decision.unavailable``: no limit was exceeded), or
 when a concurrency limit of ``key: []`` is full (``Decision.capacity``: the service, not
-this caller, is at its limit). The
+this caller, is at its limit). 403 Forbidden when a deny rule matched
+(``Decision.blocked``: ``forbidden``, without ``Retry-After`` or quota headers). The
 header fields themselves are rendered by ``headers.py``.
 """
 
@@ -24,10 +25,11 @@ from .conf import get_settings, on_change
 from .decision import Decision
 from .headers import quota_headers, retry_after_header
 
-__all__ = ["adenied_response", "apply_quota_headers", "denial_message", "denial_status", "denied_response",
-           "quota_headers", "retry_after_header", "too_many_requests"]
+__all__ = ["FORBIDDEN_MESSAGE", "adenied_response", "apply_quota_headers", "denial_message", "denial_status",
+           "denied_response", "forbidden", "quota_headers", "retry_after_header", "too_many_requests"]
 
 PROBLEM_TYPES = "https://iana.org/assignments/http-problem-types#"
+FORBIDDEN_MESSAGE = "Access to this resource is denied."  # (never says which rule: no hint to route around it)
 
 
 def apply_quota_headers(response: HttpResponseBase, decision: Decision) -> HttpResponseBase:
@@ -45,8 +47,10 @@ def apply_quota_headers(response: HttpResponseBase, decision: Decision) -> HttpR
 
 
 def denial_status(decision: Decision) -> int:
-    """503 when failing closed on an unreachable store or at capacity (a full concurrency
-    limit of ``key: []``), else 429."""
+    """403 when a deny rule matched; 503 when failing closed on an unreachable store or at
+    capacity (a full concurrency limit of ``key: []``); else 429."""
+    if decision.blocked:
+        return 403
     return 503 if decision.unavailable or decision.capacity else 429
 
 
@@ -62,6 +66,8 @@ def _wants_problem_json(request: HttpRequest | None) -> bool:
 
 def denial_message(decision: Decision) -> str:
     """A human-readable reason for the denial."""
+    if decision.blocked:
+        return FORBIDDEN_MESSAGE
     if decision.impossible:
         return (f"This request costs {decision.cost} units, more than the {decision.limit!r} limit's burst "
                 "allows; it can never be admitted.")
@@ -99,6 +105,21 @@ def too_many_requests(decision: Decision, request: HttpRequest | None = None) ->
     return apply_quota_headers(response, decision)
 
 
+def forbidden(decision: Decision, request: HttpRequest | None = None) -> HttpResponseBase:
+    """The response to a request a deny rule refused: 403 with ``{"error": "forbidden",
+    "message": ...}`` (problem+json when asked for), no ``Retry-After``, no quota header."""
+    message = denial_message(decision)
+    if _wants_problem_json(request):
+        body: dict[str, Any] = {"type": "about:blank", "title": "Forbidden", "status": 403, "detail": message}
+        content_type = "application/problem+json"
+    else:
+        body, content_type = {"error": "forbidden", "message": message}, "application/json"
+    response = HttpResponse(json.dumps(body), status=403, content_type=content_type)
+    if request is not None:
+        patch_vary_headers(response, ["Accept"])
+    return response
+
+
 @functools.cache
 def _denied_view(path: str) -> Any:
     return import_string(path)
@@ -108,6 +129,8 @@ on_change(_denied_view.cache_clear)
 
 
 def _denied(request: HttpRequest, decision: Decision) -> HttpResponseBase | Awaitable[HttpResponseBase]:
+    if decision.blocked:  # a deny rule: always the 403 above (DENIED_VIEW answers rate limits)
+        return forbidden(decision, request)
     path = get_settings().denied_view
     if not path:
         return too_many_requests(decision, request)
@@ -116,7 +139,8 @@ def _denied(request: HttpRequest, decision: Decision) -> HttpResponseBase | Awai
 
 def denied_response(request: HttpRequest, decision: Decision) -> HttpResponseBase:
     """The response to a denied request: ``DENIED_VIEW(request, decision)`` if set, else
-    ``too_many_requests``; the quota headers are added either way."""
+    ``too_many_requests``; the quota headers are added either way. A request a deny rule
+    refused gets ``forbidden``."""
     response = _denied(request, decision)
     if inspect.isawaitable(response):  # an async DENIED_VIEW behind a sync surface
         response = async_to_sync(_awaited)(response)

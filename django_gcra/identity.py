@@ -25,8 +25,8 @@ from django.utils.module_loading import import_string
 from .conf import get_settings, on_change
 from .policy import HEADER_PREFIX, Policy
 
-__all__ = ["UNKNOWN_IP", "adescriptors_for", "client_ip", "descriptor_names", "descriptors_for", "normalise_ip",
-           "resolve_custom", "unknown_ip_count", "url_name"]
+__all__ = ["UNKNOWN_IP", "adescriptors_for", "client_address", "client_ip", "descriptor_names", "descriptors_for",
+           "normalise_ip", "resolve_custom", "unknown_ip_count", "url_name"]
 
 logger = logging.getLogger("django_gcra")
 
@@ -124,6 +124,24 @@ def client_ip(request: HttpRequest) -> str:
     if address is None:
         _unknown.seen()
         return UNKNOWN_IP
+    return address
+
+
+def client_address(request: HttpRequest) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The client's own address, chosen as ``client_ip`` chooses it (``TRUSTED_PROXIES``) but
+    not grouped (an IPv4-mapped IPv6 address is its IPv4 one); None when the request has no
+    address, or a value that is not one. What exempt and deny rules on ``ip`` match when
+    the request is known (docs/howto/exempt-and-deny.md)."""
+    meta = request.META
+    hops = get_settings().trusted_proxies
+    text = str(meta.get("REMOTE_ADDR") or "")
+    if hops:
+        entries = [e for e in (x.strip() for x in str(meta.get("HTTP_X_FORWARDED_FOR", "")).split(",")) if e]
+        if len(entries) >= hops:
+            text = entries[-hops]
+    address = _parse_ip(text)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
     return address
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from django.http import HttpRequest
 
 from . import conf, leases
+from .access import acheck, check
 from .algorithm import ALLOWED
 from .backends import BackendError, Outcome
 from .backends.key_lease import Served
@@ -22,6 +23,7 @@ from .backends.lease_backend import LeasingBackend
 from .conf import get_settings
 from .decision import Decision, LimitState
 from .fallback import UNAVAILABLE, on_failure
+from .overrides import cache as plane
 from .plan import Plan, get_policy, plan
 from .policy import Policy
 from .rates import Rate
@@ -42,7 +44,8 @@ def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, 
 
     ``descriptors`` maps each descriptor the policy's limits use to a value; None
     skips the limits that use it. ``cost=0`` peeks without consuming. ``request`` is
-    passed to the ``decision`` signal (audit, metrics) and changes nothing else.
+    passed to the ``decision`` signal (audit, metrics); exempt and deny rules read it too
+    (its address, the descriptors not passed, the callable rules: ``access.py``).
 
     ``max_wait`` (seconds; shaping): a request that would be denied but fits within
     ``max_wait`` gets its own future slot in the same script call, and ``decide`` returns
@@ -52,6 +55,8 @@ def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, 
     if not (conf.standing or get_settings()).enabled:  # DJANGO_GCRA["ENABLED"] is False
         return disabled(policy, cost, request)
     wait_us = max_wait_us(max_wait) if max_wait else 0
+    if plane.ruled and (ruled := check(policy, descriptors, cost, request)) is not None:
+        return ruled  # exempt or deny (access.py): no store call
     p = plan(policy, descriptors, cost)
     if not p.specs:
         return _finish(p, None, request)
@@ -78,6 +83,8 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
     if not (conf.standing or get_settings()).enabled:  # DJANGO_GCRA["ENABLED"] is False
         return disabled(policy, cost, request)
     wait_us = max_wait_us(max_wait) if max_wait else 0
+    if plane.ruled and (ruled := await acheck(policy, descriptors, cost, request)) is not None:
+        return ruled
     p = plan(policy, descriptors, cost)
     if not p.specs:
         return _finish(p, None, request)

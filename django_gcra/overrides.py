@@ -4,6 +4,9 @@ Precedence, highest first: an enabled, unexpired ``LimitOverride`` that matches 
 request (the most specific match wins: most matched descriptors, then the most recently
 updated), then the limit's rate for the request's tier, then the default tier.
 
+The same cache holds the ``AccessRule`` rows (exemptions and deny lists, ``access.py``),
+compiled by policy: one version stamp, one refresh, one thread kind for both.
+
 Hot reload without a database query on the request path: each process keeps the
 overrides in memory and, at most once per ``OVERRIDE_REFRESH`` seconds, a background
 thread reads a version stamp from Redis that every commit touching an override bumps
@@ -28,11 +31,12 @@ from django.db import close_old_connections, connections, transaction
 from . import catalog
 from .conf import get_settings, on_change
 from .override_rules import override_problem
-from .policy import Limit, Policy
+from .policy import Limit, Policy, is_known_descriptor
 from .rates import Rate, parse_rate
+from .rules import KINDS, NEVER, RuleSet
 from .store import cache_connection, in_event_loop, read_guarded
 
-__all__ = ["apply_override", "cache", "invalidate", "version_key"]
+__all__ = ["apply_override", "cache", "invalidate", "load_access", "version_key"]
 
 logger = logging.getLogger("django_gcra")
 
@@ -63,10 +67,14 @@ def version_key() -> str:
 
 
 class OverrideCache:
-    """The process-local overrides and the logic deciding when to reload them."""
+    """The process-local overrides and access rules, and the logic deciding when to reload them."""
 
     def __init__(self) -> None:
         self.index: Index = {}
+        self.access: dict[str, RuleSet] = {}  # AccessRule rows by policy ("": every policy)
+        # Whether any exempt or deny rule may be in force (settings or rows): decide()'s one
+        # test. True until a load has looked (and after a settings change).
+        self.ruled = True
         self.loaded_at: float | None = None  # monotonic
         self.version: bytes | None = None
         self.next_check = 0.0  # monotonic
@@ -80,6 +88,7 @@ class OverrideCache:
         """Forget everything: the next lookup reloads (settings changed, tests)."""
         self.join(5)
         self.index, self.loaded_at, self.version, self.next_check, self.failing = {}, None, None, 0.0, False
+        self.access, self.ruled = {}, True
 
     def expire(self) -> None:
         """Reload at the next lookup (and again if a load in flight began before this call)."""
@@ -139,13 +148,17 @@ class OverrideCache:
         try:
             close_old_connections()
             index = load_index()
+            access = load_access()
         except Exception as exc:  # never fail a request for the policy plane; keep the last index
             if not self.failing:
-                logger.warning("django_gcra: could not load limit overrides (keeping %d): %s",
-                               len(self.index), exc)
+                logger.warning("django_gcra: could not load limit overrides and access rules (keeping %d, %d): %s",
+                               len(self.index), len(self.access), exc)
             self.failing = True
+            self.ruled = bool(self.access) or get_settings().ruled  # (the rules kept, and the settings')
             return
-        self.index, self.version, self.loaded_at, self.failing = index, version, time.monotonic(), False
+        self.index, self.access, self.version, self.loaded_at, self.failing = (
+            index, access, version, time.monotonic(), False)
+        self.ruled = bool(access) or get_settings().ruled
         self.loaded_generation = generation
 
 
@@ -173,6 +186,25 @@ def load_index() -> Index:
     for (policy, limit), by_names in shapes.items():
         index.setdefault(policy, {})[limit] = sorted(by_names.items(), key=lambda shape: -len(shape[0]))
     return index
+
+
+def load_access() -> dict[str, RuleSet]:
+    """Every enabled, unexpired ``AccessRule``, compiled by policy ("": every policy). A
+    row the limiter cannot apply (an unknown descriptor, an ip value that is no address
+    or network) is skipped and logged (``manage.py check --database default``: W120). One query."""
+    from .models import AccessRule
+
+    custom = get_settings().descriptors
+    table: dict[str, RuleSet] = {}
+    for row in AccessRule.objects.in_force():
+        expires = row.expires_at.timestamp() if row.expires_at else NEVER
+        try:
+            if row.kind not in KINDS or not is_known_descriptor(row.descriptor, custom):
+                raise ValueError(f"kind {row.kind!r} or descriptor {row.descriptor!r} is unknown")
+            table.setdefault(row.policy, RuleSet()).of(row.kind).add(row.descriptor, row.value, expires)
+        except ValueError as exc:
+            logger.warning("django_gcra: access rule %s ignored: %s", row.pk, exc)
+    return table
 
 
 def find(index: Index, policy: str, limit: str, values: Mapping[str, str], now: float) -> Compiled | None:
@@ -226,7 +258,7 @@ def _bump() -> None:
 
 
 def on_override_change(sender: Any, **kwargs: Any) -> None:
-    """post_save / post_delete receiver for ``LimitOverride`` (connected in apps.py)."""
+    """post_save / post_delete receiver for ``LimitOverride`` and ``AccessRule`` (connected in apps.py)."""
     invalidate()
 
 

@@ -20,7 +20,8 @@ from .keys import build_key, escape
 from .policy import Concurrency, Limit, Policy
 from .rates import Rate
 
-__all__ = ["Plan", "PlanMemo", "PlannedLimit", "PlannedSlot", "get_policy", "plan", "stored_keys"]
+__all__ = ["Plan", "PlanMemo", "PlannedLimit", "PlannedSlot", "bad_cost", "bad_descriptor", "get_policy",
+           "missing_descriptor", "plan", "stored_keys"]
 
 
 def get_policy(policy: str | Policy) -> Policy:
@@ -166,10 +167,8 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
     pol = settings.policies.get(policy) if type(policy) is str else None
     if pol is None:
         pol = get_policy(policy)  # a Policy as it is; else the KeyError that names the configured policies
-    if type(cost) is not int:  # bool, a subclass of int, is refused too
-        raise TypeError(f"cost must be an int, not {type(cost).__name__}")
-    if cost < 0:
-        raise ValueError(f"cost must be >= 0, not {cost}")
+    if type(cost) is not int or cost < 0:  # bool, a subclass of int, is refused too
+        raise bad_cost(cost)
     tier = descriptors.get("tier")
     tier = None if tier is None else str(tier)
     memo_key: list[Any] = [pol.name, cost, tier]
@@ -177,11 +176,10 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
         try:
             value = descriptors[name]
         except KeyError:
-            raise KeyError(f"policy {pol.name!r} needs descriptor {name!r}; pass None to skip the limits that "
-                           "use it") from None
+            raise missing_descriptor(pol, name) from None
         if value is not None and type(value) is not str:
             if type(value) is not int:
-                raise TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
+                raise bad_descriptor(name, value)
             value = str(value)
         memo_key.append(value)
     if settings.regions is not None:
@@ -201,6 +199,21 @@ def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) ->
             found = _resolve_plain(pol, cost, _values(pol, memo_key), tier)
         found = _plans.put(key, found)
     return found
+
+
+def bad_cost(cost: Any) -> Exception:
+    """The error of a cost that is not an int >= 0 (``plan`` and ``access`` raise it)."""
+    if type(cost) is not int:
+        return TypeError(f"cost must be an int, not {type(cost).__name__}")
+    return ValueError(f"cost must be >= 0, not {cost}")
+
+
+def missing_descriptor(pol: Policy, name: str) -> KeyError:
+    return KeyError(f"policy {pol.name!r} needs descriptor {name!r}; pass None to skip the limits that use it")
+
+
+def bad_descriptor(name: str, value: Any) -> TypeError:
+    return TypeError(f"descriptor {name!r} must be a str, an int or None, not {type(value).__name__}")
 
 
 def _values(pol: Policy, memo_key: list[Any]) -> dict[str, str]:

@@ -17,6 +17,7 @@ from .algorithm import ALGORITHMS
 from .budgets import Budget, parse_budget
 from .codes import Codes, Problem
 from .rates import Rate, parse_rate
+from .rules import DENY, EXEMPT, RuleSet, parse_rules
 from .validation import is_int, is_number
 
 __all__ = ["BUILTIN_DESCRIPTORS", "Concurrency", "Lease", "Limit", "Policy", "Problem", "build_policy",
@@ -27,7 +28,7 @@ HEADER_PREFIX = "header:"
 ON_FAILURE = ("open", "closed", "local")
 MODES = ("enforce", "shadow")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-POLICY_KEYS = frozenset({"limits", "concurrency", "on_failure", "mode", "lease", "shard", "budget"})
+POLICY_KEYS = frozenset({"limits", "concurrency", "on_failure", "mode", "lease", "shard", "budget", "exempt", "deny"})
 CONCURRENCY_KEYS = frozenset({"name", "key", "max", "ttl", "mode"})
 # A slot's ttl, in seconds: at least 1 (the heartbeat extends held slots every ttl / 3 from a
 # background thread, so shorter would race a busy process), at most a day.
@@ -125,6 +126,7 @@ class Policy:
     cache_alias: str | None = None  # the django-redis alias deciding it; None: CACHE_ALIAS (policies built in code)
     budget: Budget | None = None  # multi-region budget (budgets.py); None: the default, shared with REGIONS
     concurrency: tuple[Concurrency, ...] = ()  # concurrency limits, decided in the same script call
+    access: RuleSet | None = None  # the policy's own "exempt" / "deny" rules (rules.py); None: none
 
     @property
     def every_limit(self) -> tuple[Limit | Concurrency, ...]:
@@ -193,8 +195,12 @@ def parse_policy(name: str, raw: Any, custom: Mapping[str, Any], problems: list[
     used = frozenset(d for limit in every for d in limit.key)
     shard = _parse_shard(where, raw, every, problems)
     budget = parse_budget(where, raw.get("budget"), problems)
+    access = RuleSet()
+    for kind in (EXEMPT, DENY):
+        parse_rules(f"{where}[{kind!r}]", raw.get(kind), kind, lambda d: is_known_descriptor(d, custom), problems,
+                    access)
     return Policy(name, tuple(limits), on_failure, mode, lease, shard, used, budget=budget,
-                  concurrency=tuple(concurrency))
+                  concurrency=tuple(concurrency), access=access or None)
 
 
 def _parse_concurrency(where: str, raw: Any, custom: Mapping[str, Any],

@@ -71,8 +71,9 @@ def release_when_done(response: Any, decision: Decision) -> Any:
 
 def respond(request: HttpRequest, decision: Decision, block: bool,
             get_response: Callable[[], HttpResponseBase]) -> HttpResponseBase:
-    """The denied response, or the view's response with the quota headers."""
-    if block and not decision.allowed:
+    """The denied response, or the view's response with the quota headers. A deny rule's
+    refusal is answered whatever ``block`` says (``block=False`` is about rate limits)."""
+    if (block or decision.blocked) and not decision.allowed:
         return denied_response(request, decision)
     if decision.slots is None:
         return apply_quota_headers(get_response(), decision)
@@ -86,7 +87,7 @@ def respond(request: HttpRequest, decision: Decision, block: bool,
 
 async def arespond(request: HttpRequest, decision: Decision, block: bool,
                    get_response: Callable[[], Awaitable[HttpResponseBase]]) -> HttpResponseBase:
-    if block and not decision.allowed:
+    if (block or decision.blocked) and not decision.allowed:
         return await adenied_response(request, decision)
     if decision.slots is None:
         return apply_quota_headers(await get_response(), decision)

@@ -19,7 +19,8 @@ Quota headers: ``allow_request`` puts them in the view's ``headers``, which DRF'
 ``finalize_response`` copies onto every response, the 429 included. With several GCRA
 throttles on a view they name the binding limit (on a denial the longest wait, which
 is DRF's ``Retry-After``; otherwise the least remaining) and ``RateLimit-Policy`` lists
-the limits of every throttle evaluated. A cost above the burst raises ``Throttled``
+the limits of every throttle evaluated. A request a deny rule refuses raises
+``AccessForbidden`` (403, ``{"error": "forbidden", ...}``). A cost above the burst raises ``Throttled``
 without a wait, and a ``closed`` policy whose store is unreachable raises a 503, as does
 a full concurrency limit of ``key: []`` (``PolicyThrottle`` on a policy with
 ``concurrency``: its slots are released when the response is closed, or when the view
@@ -55,6 +56,7 @@ from .policy import Policy
 from .surface import release_when_done
 
 __all__ = [
+    "AccessForbidden",
     "GCRAAnonRateThrottle",
     "GCRARateThrottle",
     "GCRAScopedRateThrottle",
@@ -85,6 +87,16 @@ class RateLimitUnavailable(exceptions.APIException):
         self.wait = wait  # DRF's exception handler turns it into Retry-After
 
 
+class AccessForbidden(exceptions.APIException):
+    """A deny rule refused the request: 403 with ``{"error": "forbidden", "message": ...}``."""
+
+    status_code = 403
+    default_code = "forbidden"
+
+    def __init__(self, message: str) -> None:
+        super().__init__({"error": "forbidden", "message": message})
+
+
 class GCRAThrottle(BaseThrottle):
     """Base: subclasses return the policy, descriptors and cost for a request."""
 
@@ -108,6 +120,8 @@ class GCRAThrottle(BaseThrottle):
         if decision.slots is not None:
             _release_with(view, decision)
         self._publish(view, decision)
+        if decision.blocked:
+            raise AccessForbidden(denial_message(decision))
         if denial_status(decision) == 503:
             raise RateLimitUnavailable(int(retry_after_header(decision.retry_after)),
                                        denial_message(decision) if decision.capacity else None)
@@ -140,8 +154,8 @@ class GCRAThrottle(BaseThrottle):
 
     def wait(self) -> float | None:
         """Seconds until this request would be admitted: exact; None if it never will."""
-        if self.decision is None or self.decision.allowed or self.decision.impossible:
-            return None
+        if self.decision is None or self.decision.allowed or self.decision.impossible or self.decision.blocked:
+            return None  # (blocked: a deny rule; no wait helps)
         return self.decision.retry_after
 
 

@@ -5,8 +5,10 @@ real redis-server with the test, as the processes of one deployment do.
 
 CONFIG_JSON holds ``db`` (SQLite path), ``redis`` (URL) and ``gcra`` (DJANGO_GCRA).
 Commands: ``migrate``; ``watch`` (print the burst in force for tenant acme whenever it
-changes, as ``burst <n|off> <unix time>``); ``orm-save FIELDS_JSON`` / ``admin-add
-FORM_JSON`` / ``orm-delete`` (write, then print ``committed <unix time>``).
+changes, as ``burst <n|off> <unix time>``); ``watch-access`` (the same with the outcome of
+tenant acme's decisions, ``outcome <allowed|blocked|exempt> <unix time>``); ``orm-save
+FIELDS_JSON`` / ``admin-add FORM_JSON`` / ``orm-delete`` / ``rule-save FIELDS_JSON`` (an
+``AccessRule``, replacing every other; ``expires_in``: seconds from now, printed as ``expires <unix time>``) (write, then print ``committed <unix time>``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,20 @@ def watch(deadline: float) -> None:
         time.sleep(0.01)
 
 
+def watch_access(deadline: float) -> None:
+    from django_gcra import decide
+    from django_gcra.decision import outcome_of
+
+    last = None
+    print("ready", flush=True)
+    while time.time() < deadline:
+        outcome = outcome_of(decide("browser", {"tenant": "acme"}, cost=0))
+        if outcome != last:
+            print(f"outcome {outcome} {time.time():.3f}", flush=True)
+            last = outcome
+        time.sleep(0.01)
+
+
 def admin_add(form: dict) -> None:
     from django.contrib.auth.models import User
     from django.test import Client
@@ -85,9 +101,23 @@ def main(argv: list[str]) -> None:
         admin_add(json.loads(argv[2]))
     elif command == "orm-delete":
         LimitOverride.objects.all().delete()
+    elif command == "watch-access":
+        watch_access(time.time() + float(argv[2]))
+    elif command == "rule-save":
+        from django_gcra.models import AccessRule
+
+        fields = json.loads(argv[2])
+        if "expires_in" in fields:  # seconds from now (this process's now: no startup time in it)
+            import datetime
+
+            expires = time.time() + fields.pop("expires_in")
+            fields["expires_at"] = datetime.datetime.fromtimestamp(expires, datetime.timezone.utc)
+            print(f"expires {expires:.3f}", flush=True)
+        AccessRule.objects.all().delete()
+        AccessRule.objects.create(**fields)
     else:
         raise SystemExit(f"unknown command {command!r}")
-    if command != "watch":
+    if not command.startswith("watch"):
         print(f"committed {time.time():.3f}", flush=True)
 
 
