@@ -44,13 +44,42 @@ def seconds(value: float | None) -> str:
     return f"{math.ceil(value * 10) / 10:.1f} s"
 
 
+def in_force_state(obj: LimitOverride | AccessRule) -> str:
+    """Disabled, in force (until when) or expired: an override's or an access rule's."""
+    if not obj.enabled:
+        return str(_("disabled"))
+    if obj.expires_at is None:
+        return str(_("yes"))
+    if obj.expires_at <= timezone.now():
+        return str(_("expired %(when)s") % {"when": when(obj.expires_at)})
+    return str(_("until %(when)s") % {"when": when(obj.expires_at)})
+
+
 class ActiveFilter(admin.SimpleListFilter):
+    """In force (enabled and unexpired), expired or disabled: access rules and overrides."""
+
     title = _("in force")
     parameter_name = "active"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        return [("yes", _("in force")), ("expired", _("expired")), ("disabled", _("disabled")),
-                ("broken", _("cannot run"))]
+        return [("yes", _("in force")), ("expired", _("expired")), ("disabled", _("disabled"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "yes":
+            return queryset.in_force()  # type: ignore[attr-defined]
+        if self.value() == "expired":
+            return queryset.filter(expires_at__lte=timezone.now())
+        if self.value() == "disabled":
+            return queryset.filter(enabled=False)
+        return queryset
+
+
+class OverrideActiveFilter(ActiveFilter):
+    """``ActiveFilter``, where in force also means runnable (``override_problem``), and the
+    overrides that cannot run."""
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [*super().lookups(request, model_admin), ("broken", _("cannot run"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() in ("yes", "broken"):  # the limiter's rule: enabled, unexpired, and runnable
@@ -58,11 +87,7 @@ class ActiveFilter(admin.SimpleListFilter):
             candidates = queryset.in_force() if self.value() == "yes" else queryset  # type: ignore[attr-defined]
             broken = [o.pk for o in candidates if override_problem(o) is not None]
             return candidates.exclude(pk__in=broken) if self.value() == "yes" else queryset.filter(pk__in=broken)
-        if self.value() == "expired":
-            return queryset.filter(expires_at__lte=timezone.now())
-        if self.value() == "disabled":
-            return queryset.filter(enabled=False)
-        return queryset
+        return super().queryset(request, queryset)
 
 
 def _bulk(description: str, **changes: Any) -> Any:
@@ -90,7 +115,7 @@ class LimitOverrideAdmin(admin.ModelAdmin):
     form = LimitOverrideForm
     change_form_template = "admin/django_gcra/limitoverride/change_form.html"
     list_display = ["__str__", "effect", "mode_label", "state", "by", "updated"]
-    list_filter = [ActiveFilter, "policy", "mode", "enabled", "limit"]
+    list_filter = [OverrideActiveFilter, "policy", "mode", "enabled", "limit"]
     list_select_related = ["changed_by"]
     search_fields = ["policy", "limit", "match", "reason", "rate"]
     readonly_fields = ["created_at", "updated_at", "changed_by"]
@@ -130,13 +155,7 @@ class LimitOverrideAdmin(admin.ModelAdmin):
         if problem is not None:  # saved by other means than the form (the ORM, SQL), or the settings changed
             return str(format_html('<span class="gcra-not-in-force" title="{}">{}</span>', problem.reason,
                                    _("not in force: %(reason)s") % {"reason": problem.reason}))
-        if not obj.enabled:
-            return str(_("disabled"))
-        if obj.expires_at is None:
-            return str(_("yes"))
-        if obj.expires_at <= timezone.now():
-            return str(_("expired %(when)s") % {"when": when(obj.expires_at)})
-        return str(_("until %(when)s") % {"when": when(obj.expires_at)})
+        return in_force_state(obj)
 
     @admin.display(description=_("by"), ordering="changed_by")
     def by(self, obj: LimitOverride) -> str:
@@ -185,7 +204,10 @@ class AccessRuleAdmin(admin.ModelAdmin):
     def policy_label(self, obj: AccessRule) -> str:
         return obj.policy or str(_("every policy"))
 
-    state = LimitOverrideAdmin.state
+    @admin.display(description=_("in force"), ordering="expires_at")
+    def state(self, obj: AccessRule) -> str:
+        return in_force_state(obj)
+
     by = LimitOverrideAdmin.by
     updated = LimitOverrideAdmin.updated
 
