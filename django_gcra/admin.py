@@ -90,7 +90,7 @@ class LimitOverrideAdmin(admin.ModelAdmin):
     readonly_fields = ["created_at", "updated_at", "changed_by"]
     fieldsets = [
         (None, {"fields": ["policy", "limit", "match"]}),
-        (_("Effect"), {"fields": ["rate", "burst", "mode", "enabled", "expires_at"]}),
+        (_("Effect"), {"fields": ["rate", "burst", "quota", "mode", "enabled", "expires_at"]}),
         (_("Why"), {"fields": ["reason", "changed_by", "created_at", "updated_at"]}),
     ]
     actions = [

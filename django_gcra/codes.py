@@ -4,7 +4,7 @@ Every ID is listed in docs/reference/checks.md. Ranges: E001-E019 policies and t
 settings, E020-E029 surfaces, E030-E039 policy plane, E040-E049 resilience, E050-E059
 leases, E060-E069 DRF throttles, E070-E079 load shedding,
 E080-E089 multi-region budgets, E090-E099 concurrency limits, E100-E109 shaping
-(``max_wait``).
+(``max_wait``), E130-E139 / W130-W139 metered costs and calendar quotas.
 """
 
 from __future__ import annotations
@@ -107,6 +107,14 @@ class Codes:
     BAD_CONCURRENCY_TTL = "django_gcra.E093"
     CONCURRENCY_LEASE = "django_gcra.E094"
     CONCURRENCY_LOCAL_GLOBAL = "django_gcra.W090"
+
+    QUOTA_BAD_PERIOD = "django_gcra.E130"
+    QUOTA_BAD_TZ = "django_gcra.E131"
+    QUOTA_BAD_VALUE = "django_gcra.E132"
+    QUOTA_WITH_RATE = "django_gcra.E133"
+    QUOTA_LEASE = "django_gcra.E134"
+    QUOTA_KEYS_ON_RATE = "django_gcra.E135"
+    BAD_SETTLE = "django_gcra.E136"
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,28 @@ class Decision(NamedTuple):
         if self.slots is not None:
             self.slots.release()
 
+    def settle(self, actual: int) -> bool:
+        """Charge the real cost of an allowed decision made with ``cost=estimate``: move each
+        of its rate and quota limits by ``actual - estimate`` in one atomic store call (more
+        is owed at once, at most a burst beyond full use; less is refunded, never leaving
+        more than a full burst). True when applied; False, doing nothing, on a denied,
+        shadow, exempt, disabled or fallback decision, or when the store could not be
+        reached (logged and counted). Settles once: a second call raises RuntimeError;
+        a negative ``actual`` raises ValueError."""
+        if self.settlement is None:
+            check_actual(actual)
+            return False
+        result: bool = self.settlement.settle(actual)
+        return result
+
+    async def asettle(self, actual: int) -> bool:
+        """``settle()`` for async code (never blocks the event loop on the store)."""
+        if self.settlement is None:
+            check_actual(actual)
+            return False
+        result: bool = await self.settlement.asettle(actual)
+        return result
+
     @property
     def impossible(self) -> bool:
         """The cost exceeds the binding limit's burst: no wait will ever admit it."""
@@ -86,6 +108,14 @@ class Decision(NamedTuple):
     def headers(self) -> dict[str, str]:
         """The quota headers for this decision (and ``Retry-After`` when denied)."""
         return quota_headers(self)
+
+
+def check_actual(actual: object) -> None:
+    """TypeError unless ``actual`` is an int (bool refused); ValueError when negative."""
+    if type(actual) is not int:
+        raise TypeError(f"actual must be an int, not {type(actual).__name__}")
+    if actual < 0:
+        raise ValueError(f"actual must be >= 0, not {actual}")
 
 
 #: Every outcome label. ``fallback_*`` and ``unavailable`` (on_failure="closed") are

@@ -116,7 +116,7 @@ class LimitOverrideForm(forms.ModelForm):
 
     class Meta:
         model = LimitOverride
-        fields = ["policy", "limit", "match", "rate", "burst", "mode", "enabled", "expires_at", "reason"]
+        fields = ["policy", "limit", "match", "rate", "burst", "quota", "mode", "enabled", "expires_at", "reason"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -169,7 +169,15 @@ class LimitOverrideForm(forms.ModelForm):
             self.add_error("rate", _("Limit %(limit)s is a concurrency limit: it has no rate. Its max is the burst "
                                      "field.") % {"limit": limit})
         configured = next((lim for lim in policy.limits if lim.name == limit), None) if policy else None
-        if configured is not None and configured.sliding:
+        if data.get("quota") is not None and (configured is None or not configured.quota):
+            self.add_error("quota", _("Limit %(limit)s is not a calendar quota: only a limit of algorithm 'quota' "
+                                      "takes a quota.") % {"limit": limit})
+        if configured is not None and configured.quota:
+            for field in ("rate", "burst"):
+                if data.get(field):
+                    self.add_error(field, _("Limit %(limit)s is a calendar quota: it has no rate or burst. "
+                                            "Change its quota instead.") % {"limit": limit})
+        elif configured is not None and configured.sliding:
             if data.get("burst") is not None:
                 self.add_error("burst", _("Limit %(limit)s is a %(algorithm)s limit: it takes no burst. Change its "
                                           "rate (N per period) instead.")

@@ -27,7 +27,7 @@ from django.db import close_old_connections, connections, transaction
 
 from . import catalog
 from .conf import get_settings, on_change
-from .policy import MAX_CONCURRENCY, Concurrency, Limit, Policy, log_problem, span_problem
+from .policy import MAX_CONCURRENCY, MAX_QUOTA, Concurrency, Limit, Policy, log_problem, span_problem
 from .rates import Rate, parse_rate
 from .store import cache_connection, in_event_loop, read_guarded
 
@@ -45,6 +45,7 @@ class Compiled:
     burst: int | None
     mode: str  # enforce | shadow | off
     expires: float | None  # Unix time
+    quota: int | None = None  # a calendar quota's units per period
 
     def live(self, now: float) -> bool:
         return self.expires is None or self.expires > now
@@ -163,14 +164,14 @@ def load_index() -> Index:
             continue
         try:
             rate = parse_rate(row.rate) if row.rate else None
-            _check_effect(limits[(row.policy, row.limit)], rate, row.burst)
+            _check_effect(limits[(row.policy, row.limit)], rate, row.burst, row.quota)
         except ValueError as exc:
             logger.warning("django_gcra: override %s ignored: %s", row.pk, exc)
             continue
         names = tuple(sorted(str(k) for k in row.match))
         values = tuple(str(row.match[k]) for k in sorted(row.match, key=str))
         expires = row.expires_at.timestamp() if row.expires_at else None
-        compiled = Compiled(row.pk, rate, row.burst, row.mode, expires)
+        compiled = Compiled(row.pk, rate, row.burst, row.mode, expires, row.quota)
         shapes.setdefault((row.policy, row.limit), {}).setdefault(names, {}).setdefault(values, []).append(compiled)
     index: Index = {}
     for (policy, limit), by_names in shapes.items():
@@ -178,10 +179,19 @@ def load_index() -> Index:
     return index
 
 
-def _check_effect(limit: Limit | Concurrency, rate: Rate | None, burst: int | None) -> None:
-    """``ValueError`` when an override's rate and burst cannot be run (whatever wrote the row)."""
+def _check_effect(limit: Limit | Concurrency, rate: Rate | None, burst: int | None, quota: int | None = None) -> None:
+    """``ValueError`` when an override's rate, burst and quota cannot be run (whatever wrote the row)."""
     if burst is not None and burst < 1:
         raise ValueError(f"burst {burst} is below 1")
+    is_quota = isinstance(limit, Limit) and limit.quota
+    if quota is not None and not is_quota:
+        raise ValueError("only a calendar quota (algorithm 'quota') takes a quota")
+    if is_quota:
+        if rate is not None or burst is not None:
+            raise ValueError("a calendar quota has no rate or burst (an override may change its quota)")
+        if quota is not None and not 1 <= quota <= MAX_QUOTA:
+            raise ValueError(f"quota {quota} is not from 1 to {MAX_QUOTA}")
+        return
     if isinstance(limit, Concurrency):  # its burst is the max; it has no rate
         if rate is not None:
             raise ValueError("a concurrency limit has no rate (an override may change its max: the burst field)")
@@ -228,6 +238,8 @@ def apply_override(index: Index, policy: Policy, limit: Limit, values: Mapping[s
         return rate, burst, mode
     if found.mode == "off":
         return None
+    if limit.calendar is not None:  # a quota: its units per period, in a Rate of its period's length
+        return (rate if found.quota is None else Rate(found.quota, rate.period)), burst, found.mode
     new_rate = found.rate or rate
     if found.burst is not None:
         burst = found.burst
