@@ -239,7 +239,9 @@ def apply_override(index: Index, policy: Policy, limit: Limit, values: Mapping[s
     if found.mode == "off":
         return None
     if limit.calendar is not None:  # a quota: its units per period, in a Rate of its period's length
-        return (rate if found.quota is None else Rate(found.quota, rate.period)), burst, found.mode
+        if found.quota is None:
+            return rate, burst, found.mode
+        return Rate(found.quota, rate.period), found.quota, found.mode
     new_rate = found.rate or rate
     if found.burst is not None:
         burst = found.burst
