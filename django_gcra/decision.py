@@ -61,7 +61,8 @@ class Decision(NamedTuple):
     disabled: bool = False  # DJANGO_GCRA["ENABLED"] is False: allowed, nothing asked of the store
     exempt: bool = False  # an EXEMPT rule matched: allowed, nothing asked of the store
     blocked: bool = False  # a DENY rule matched: refused (403), nothing asked of the store
-    settlement: Any = None  # what decision.settle() needs (metered costs); None: nothing to settle
+    # What decision.settle() needs (metered costs; settling.settlement): None, nothing to settle.
+    settlement: Any = None
 
     def release(self) -> None:
         """Free the concurrency slots this decision holds: idempotent, never blocks on the
@@ -82,18 +83,22 @@ class Decision(NamedTuple):
         shadow, exempt, disabled or fallback decision, or when the store could not be
         reached (logged and counted). Settles once: a second call raises RuntimeError;
         a negative ``actual`` raises ValueError."""
-        if self.settlement is None:
-            check_actual(actual)
+        check_actual(actual)
+        found = self.settlement
+        if found is None:
             return False
-        result: bool = self.settlement.settle(actual)
+        _claim(found)
+        result: bool = found[0][0](found[1], found[2], actual)
         return result
 
     async def asettle(self, actual: int) -> bool:
         """``settle()`` for async code (never blocks the event loop on the store)."""
-        if self.settlement is None:
-            check_actual(actual)
+        check_actual(actual)
+        found = self.settlement
+        if found is None:
             return False
-        result: bool = await self.settlement.asettle(actual)
+        _claim(found)
+        result: bool = await found[0][1](found[1], found[2], actual)
         return result
 
     @property
@@ -108,6 +113,14 @@ class Decision(NamedTuple):
     def headers(self) -> dict[str, str]:
         """The quota headers for this decision (and ``Retry-After`` when denied)."""
         return quota_headers(self)
+
+
+def _claim(settlement: list[Any]) -> None:
+    """Mark a settlement used: RuntimeError if it was (append is atomic: of two threads
+    settling one decision, one wins)."""
+    settlement.append(True)
+    if len(settlement) > 4:
+        raise RuntimeError("this decision is settled already (a decision settles once)")
 
 
 def check_actual(actual: object) -> None:

@@ -24,7 +24,7 @@ from .fallback import UNAVAILABLE, on_failure
 from .plan import Plan, get_policy, plan
 from .policy import Policy
 from .rates import Rate
-from .settling import Settlement
+from .settling import SETTLERS
 from .signals import decision as decision_signal
 from .signals import notable_observers, observers
 from .store import backend_for, backend_for_plan
@@ -120,7 +120,7 @@ def _finish(p: Plan, outcome: Outcome | Served | object | None, request: HttpReq
         one = False
         decision = _to_decision(p, outcome, fallback)
     if not one and decision.allowed and not (decision.shadow or fallback) and type(outcome) is Outcome:
-        decision = decision._replace(settlement=Settlement(p, outcome.now))
+        decision = decision._replace(settlement=[SETTLERS, p, outcome.now])  # (settling.settlement)
     if one:
         pl = p.limits[0]
         limit = pl.limit
@@ -133,7 +133,7 @@ def _finish(p: Plan, outcome: Outcome | Served | object | None, request: HttpReq
             decision = Decision(allowed=True, retry_after=0.0, remaining=least, limit=limit.name,
                                 policy=p.policy.name, cost=p.cost, fallback=fallback, reset_after=reset,
                                 limits=(state,), descriptors=p.descriptors, waited=waited / 1e6, slots=slots,
-                                settlement=None if fallback else Settlement(p, at))
+                                settlement=None if fallback else [SETTLERS, p, at])
             plain = not (fallback or waited)
         else:
             retry = math.inf if retry_after is None else retry_after / 1e6

@@ -1,7 +1,10 @@
 """Metered costs: what ``decision.settle(actual)`` does (``Decision.settlement``).
 
-``decide()`` gives an allowed, enforced decision that the store made a ``Settlement``: the
-plan (its keys and limits), the store's time of the decision and a settled flag. Settling
+``decide()`` gives an allowed, enforced decision that the store made a settlement: the list
+``[SETTLERS, plan, at]`` (the two functions below, the plan: its keys and limits, and
+the store's time of the decision), built in one allocation on the hot path;
+``Decision.settle`` claims it by appending to it (once: a list's append is atomic) and
+calls ``settle`` or ``asettle``. Settling
 sends ``actual - estimate`` to the store's settle script (``backends/settle.lua``) in one
 atomic call over every rate and quota limit of the decision (concurrency limits hold
 slots, not units: they are left out). A leased key is settled on the store itself: the
@@ -16,17 +19,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .algorithm import CONCURRENCY
 from .backends import BackendError, LimitSpec
-from .decision import check_actual
 from .store import store_backend
 
 if TYPE_CHECKING:
     from .plan import Plan
 
-__all__ = ["Settlement", "stats"]
+__all__ = ["SETTLERS", "asettle", "settle", "settlement", "stats"]
 
 logger = logging.getLogger("django_gcra")
 
@@ -58,58 +60,54 @@ class SettleStats:
 stats = SettleStats()
 
 
-class Settlement:
-    """What settling one decision needs: its plan and the store's time of the decision
-    (built per allowed decision: three slots, no work until ``settle``)."""
+def _specs(plan: Plan, actual: int) -> tuple[list[LimitSpec], int] | None:
+    """The specs to move and the delta; None when nothing moves (the estimate was right)."""
+    delta = actual - plan.cost
+    specs = [spec for spec in plan.specs if spec.algorithm != CONCURRENCY]
+    if not specs or not delta:  # (nothing moves: no call)
+        return None
+    return specs, delta
 
-    __slots__ = ("at", "done", "plan")
 
-    def __init__(self, plan: Plan, at: int) -> None:
-        self.plan, self.at, self.done = plan, at, False
-
-    def _specs(self, actual: int) -> tuple[list[LimitSpec], int] | None:
-        """The specs to move and the delta; None when there is nothing to do. Marks it settled
-        (RuntimeError the second time)."""
-        check_actual(actual)
-        if self.done:
-            raise RuntimeError("this decision is settled already (a decision settles once)")
-        self.done = True
-        delta = actual - self.plan.cost
-        specs = [spec for spec in self.plan.specs if spec.algorithm != CONCURRENCY]
-        if not specs or not delta:  # (the estimate was right: nothing moves, no call)
-            return None
-        return specs, delta
-
-    def settle(self, actual: int) -> bool:
-        found = self._specs(actual)
-        if found is None:
-            stats.add(self.plan.policy.name, "applied")
-            return True
-        specs, delta = found
-        policy = self.plan.policy
+def settle(plan: Plan, at: int, actual: int) -> bool:
+    """Move the plan's rate and quota limits by ``actual - plan.cost`` (a decision made at
+    ``at``, the store's us): True when applied; False, logged and counted, when the store
+    could not be reached."""
+    policy = plan.policy
+    found = _specs(plan, actual)
+    if found is not None:
         try:
-            store_backend(policy.cache_alias).settle(specs, delta, self.at)
+            store_backend(policy.cache_alias).settle(*found, at)
         except BackendError as exc:
-            return self._failed(exc)
-        stats.add(policy.name, "applied")
-        return True
+            return _failed(policy.name, exc)
+    stats.add(policy.name, "applied")
+    return True
 
-    async def asettle(self, actual: int) -> bool:
-        found = self._specs(actual)
-        if found is None:
-            stats.add(self.plan.policy.name, "applied")
-            return True
-        specs, delta = found
-        policy = self.plan.policy
+
+async def asettle(plan: Plan, at: int, actual: int) -> bool:
+    """``settle`` for async code."""
+    policy = plan.policy
+    found = _specs(plan, actual)
+    if found is not None:
         try:
-            await store_backend(policy.cache_alias).asettle(specs, delta, self.at)
+            await store_backend(policy.cache_alias).asettle(*found, at)
         except BackendError as exc:
-            return self._failed(exc)
-        stats.add(policy.name, "applied")
-        return True
+            return _failed(policy.name, exc)
+    stats.add(policy.name, "applied")
+    return True
 
-    def _failed(self, exc: BaseException) -> bool:
-        name = self.plan.policy.name
-        stats.add(name, "failed")
-        logger.warning("django_gcra: could not settle a decision of policy %r: %s", name, exc)
-        return False
+
+def _failed(name: str, exc: BaseException) -> bool:
+    stats.add(name, "failed")
+    logger.warning("django_gcra: could not settle a decision of policy %r: %s", name, exc)
+    return False
+
+
+#: The first item of every settlement (see the module docstring).
+SETTLERS = (settle, asettle)
+
+
+def settlement(plan: Plan, at: int) -> list[Any]:
+    """A decision's settlement: ``[SETTLERS, plan, at]``, a list (one allocation on the hot
+    path) to which ``Decision.settle`` appends once it is claimed."""
+    return [SETTLERS, plan, at]
