@@ -68,3 +68,49 @@ def test_the_console_shows_a_quota_used_this_period(admin_client, fake_redis, mo
         assert quota[("plan", "tenant=acme")].startswith("3 of 3 used this month, new period in ")
     finally:
         observers[observers.index(counts.observe)] = tally.on_decision
+
+
+ADD = "/admin/django_gcra/limitoverride/add/"
+FORM = {"policy": "plan", "limit": "month", "match": "tenant=acme", "rate": "", "burst": "", "quota": "",
+        "mode": "enforce", "enabled": "on", "expires_at_0": "", "expires_at_1": "", "reason": ""}
+
+
+@pytest.mark.django_db
+@pytest.mark.urls("tests.plane_urls")
+@pytest.mark.parametrize("change, field", [
+    ({"quota": "5", "limit": "rate"}, "quota"),  # a rate limit takes no quota
+    ({"quota": "5", "rate": "5/s"}, "rate"),  # a quota takes no rate
+    ({"quota": "5", "burst": "5"}, "burst"),  # nor a burst
+    ({"quota": "0"}, "quota"),
+])
+def test_the_override_form_checks_quotas(admin_client, fake_redis, settings, change, field):
+    from django_gcra.models import LimitOverride
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    response = admin_client.post(ADD, {**FORM, **change})
+    assert response.status_code == 200 and field in response.context["adminform"].form.errors
+    assert not LimitOverride.objects.exists()
+    assert admin_client.post(ADD, {**FORM, "quota": "5000"}).status_code == 302
+    assert LimitOverride.objects.get().quota == 5000
+
+
+def test_the_memory_backend_decides_and_settles_quotas():
+    """The in-process store (the local fallback) runs the twins: a quota beside a rate, and
+    a settle of both."""
+    from django_gcra.algorithm import GCRA as GCRA_ALG
+    from django_gcra.algorithm import QUOTA
+    from django_gcra.backends import LimitSpec
+    from django_gcra.backends.memory import MemoryBackend
+    from django_gcra.periods import Calendar
+
+    clock = [1_780_000_000_000_000]
+    backend = MemoryBackend(clock=lambda: clock[0])
+    calendar = Calendar("day", "UTC")
+    specs = [LimitSpec("r", 1_000_000, 10, True, GCRA_ALG), LimitSpec("q", 0, 5, True, QUOTA, 86_400_000_000,
+                                                                      calendar)]
+    assert backend.evaluate(specs, 4).allowed
+    backend.settle(specs, -3, clock[0])  # 1 used of 4 reserved
+    assert backend.evaluate(specs, 0).remaining == (9, 4)
+    assert backend.evaluate(specs, 4).allowed and not backend.evaluate(specs, 1).allowed  # the quota binds
+    denied = backend.evaluate(specs, 1)
+    assert denied.retry_after == calendar.bounds_for(clock[0])[2] - clock[0]
