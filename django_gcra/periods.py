@@ -104,16 +104,13 @@ class Calendar:
                 start -= 3_600_000_000
             return (start - 3_600_000_000, start, start + 3_600_000_000, start + 7_200_000_000)
         wall = _wall_start(self.period, local)
-        starts = [int(_wall_step(self.period, wall, k).replace(tzinfo=self.zone).timestamp()) * 1_000_000
-                  for k in (-1, 0, 1, 2)]
-        if not starts[1] <= now_us < starts[2]:  # a wall midnight that does not exist (a DST gap)
-            if now_us < starts[1]:
-                starts = [int(_wall_step(self.period, wall, k).replace(tzinfo=self.zone).timestamp()) * 1_000_000
-                          for k in (-2, -1, 0, 1)]
-            else:
-                starts = [int(_wall_step(self.period, wall, k).replace(tzinfo=self.zone).timestamp()) * 1_000_000
-                          for k in (0, 1, 2, 3)]
-        return starts[0], starts[1], starts[2], starts[3]
+        # Local midnights as instants; a wall midnight a DST change skips resolves to the first
+        # instant after it, and a day a zone skipped whole (Pacific/Apia, 30 December 2011) is
+        # no period at all: equal starts are merged.
+        starts = sorted({int(_wall_step(self.period, wall, k).replace(tzinfo=self.zone).timestamp()) * 1_000_000
+                         for k in range(-3, 5)})
+        i = max(k for k, start in enumerate(starts) if start <= now_us)
+        return starts[i - 1], starts[i], starts[i + 1], starts[i + 2]
 
     def expected_now(self) -> int:
         """The time (us) the store is expected to have: this host's, corrected by the offset

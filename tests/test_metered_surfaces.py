@@ -185,6 +185,9 @@ def test_a_settle_that_fails_never_fails_the_response(caplog):
     assert settle_stats.snapshot()[("tokens", "failed")] == 1
     assert any("could not settle" in r.getMessage() and "KeyError" in r.getMessage() for r in caplog.records)
     assert remaining("tokens") == 90  # the estimate stands
+    prometheus_client = pytest.importorskip("prometheus_client")
+    assert prometheus_client.REGISTRY.get_sample_value(
+        "django_gcra_settles_total", {"policy": "tokens", "outcome": "failed"}) == 1
 
 
 def test_a_route_settles_with_a_dotted_path():
