@@ -46,6 +46,9 @@ def test_inspect_shows_the_use_of_the_current_period(real_redis):
     call_command("gcra_inspect", "plan", "tenant=acme", "--cost", "2", stdout=text)
     assert "quota 3 per month (Europe/Paris)" in text.getvalue() and "used        2 of 3" in text.getvalue()
     assert decide("plan", {"tenant": "acme"}, cost=0).limits[1].remaining == 1  # nothing consumed
+    status = io.StringIO()
+    call_command("gcra_status", stdout=status)
+    assert "month [enforce] key tenant: 3, quota per calendar month (Europe/Paris)" in status.getvalue()
 
 
 @pytest.mark.django_db
