@@ -38,7 +38,8 @@ def test_eight_processes_reserving_and_settling_never_exceed_the_burst(redis_ser
     # The store agrees: as many units out as were kept.
     from django_gcra.algorithm import gcra
 
-    tat = int(client.get(next(k for k in client.keys("rl:*") if b"outstanding" not in k)))
+    [key] = client.keys("rl:*:p:ip:*")  # the limit's key (the policy p, its limit ip)
+    tat = int(client.get(key))
     now_s, now_us = client.time()
     now = now_s * 1_000_000 + now_us
     assert BURST - gcra(tat, now, 86_400_000_000, BURST, 0).remaining == kept

@@ -202,7 +202,7 @@ def reserve_and_settle(redis_url: str, gcra: dict, policy: str, descriptors: dic
             return False
         counts["admitted"] += 1
         counts["most"] = max(counts["most"], int(counter.incr("outstanding")))
-        if rng.random() < 0.15:
+        if rng.random() < 0.05:
             decision.settle(1)
             counts["kept"] += 1
         else:
