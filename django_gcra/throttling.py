@@ -28,6 +28,7 @@ raises an exception DRF does not turn into a response).
 
 from __future__ import annotations
 
+import inspect
 import warnings
 import weakref
 from collections.abc import Mapping
@@ -152,6 +153,23 @@ class GCRAThrottle(BaseThrottle):
         if self.decision is None or self.decision.allowed or self.decision.impossible:
             return None
         return self.decision.retry_after
+
+
+def _view_function(view: Any, name: str) -> Any:
+    """The view's ``name`` as a callable of (request, response): a method or staticmethod as
+    it is bound, and a plain function of two arguments set on the class (``ratelimit_settle =
+    tokens_used``) unbound, as its author wrote it."""
+    found = getattr(view, name, None)
+    raw = inspect.getattr_static(view, name, None)
+    if inspect.isfunction(raw) and inspect.ismethod(found):
+        try:
+            positional = [p for p in inspect.signature(raw).parameters.values()
+                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            return found
+        if len(positional) == 2:
+            return raw
+    return found
 
 
 def _settle_with(view: Any, decision: Decision, metered: Metered) -> None:
@@ -335,11 +353,12 @@ class GCRAScopedRateThrottle(GCRARateThrottle, ScopedRateThrottle):
 class PolicyThrottle(GCRAThrottle):
     """The policy named by the view's ``ratelimit_policy`` (cost: ``ratelimit_cost``;
     metered costs: ``ratelimit_settle(request, response) -> int`` or
-    ``ratelimit_count_when(request, response) -> bool``, a method or a staticmethod)."""
+    ``ratelimit_count_when(request, response) -> bool``: a method, a staticmethod, or a
+    function of (request, response) set on the class)."""
 
     def get_metered(self, view: Any) -> Metered | None:
-        settle = getattr(view, "ratelimit_settle", None)
-        count_when = getattr(view, "ratelimit_count_when", None)
+        settle = _view_function(view, "ratelimit_settle")
+        count_when = _view_function(view, "ratelimit_count_when")
         if settle is None and count_when is None:
             return None
         if settle is not None and count_when is not None:

@@ -111,10 +111,14 @@ class DrfComplete(APIView):
         return Response({"usage": {"total_tokens": int(request.query_params.get("used", "0"))}})
 
 
+class DrfPlainFunction(DrfLogin):
+    ratelimit_count_when = failed  # a module function of (request, response), set on the class
+
+
 urlpatterns = [
     path("login/", login), path("alogin/", alogin), path("complete/", complete), path("stream/", stream),
     path("broken/", broken), path("api/routed/", routed), path("drf/login/", DrfLogin.as_view()),
-    path("drf/complete/", DrfComplete.as_view()),
+    path("drf/complete/", DrfComplete.as_view()), path("drf/plain/", DrfPlainFunction.as_view()),
 ]
 
 
@@ -201,6 +205,12 @@ def test_drf_policy_throttle_counts_only_failed_attempts():
         assert client.post("/drf/login/", {"password": "right"}).status_code == 200
     statuses = [client.post("/drf/login/", {"password": "wrong"}).status_code for _ in range(6)]
     assert statuses == [401] * 5 + [429]
+
+
+def test_drf_policy_throttle_takes_a_plain_function_set_on_the_class():
+    client = Client()
+    assert [client.post("/drf/plain/", {"password": "right"}).status_code for _ in range(8)] == [200] * 8
+    assert [client.post("/drf/plain/", {"password": "no"}).status_code for _ in range(6)] == [401] * 5 + [429]
 
 
 def test_drf_policy_throttle_settles_with_the_view_method():
