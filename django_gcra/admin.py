@@ -139,6 +139,8 @@ class LimitOverrideAdmin(admin.ModelAdmin):
         conf = _configured_of(obj)
         rate = ", ".join(conf["rates"].values()) if conf else "?"
         burst = (conf["burst"] or conf["burst_default"]) if conf else "?"
+        if obj.quota is not None:  # a calendar quota: its units per period
+            return f"quota {burst} → {obj.quota}"
         parts = [f"rate {rate} → {obj.rate}" if obj.rate else f"rate {rate}",
                  f"burst {burst} → {obj.burst}" if obj.burst is not None else f"burst {burst}"]
         if obj.quota is not None:

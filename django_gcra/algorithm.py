@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .metered import period_of, quota, quota_view
 from .sliding import (
     SlidingResult,
     log_decide,
@@ -23,8 +24,8 @@ from .sliding import (
     window_view,
 )
 
-__all__ = ["ALGORITHMS", "CONCURRENCY", "GCRA", "SLIDING_LOG", "SLIDING_WINDOW", "CompositeResult", "GCRAResult",
-           "SlidingResult", "composite", "gcra", "gcra_composite", "sliding_log", "sliding_window"]
+__all__ = ["ALGORITHMS", "CONCURRENCY", "GCRA", "QUOTA", "SLIDING_LOG", "SLIDING_WINDOW", "CompositeResult",
+           "GCRAResult", "SlidingResult", "composite", "gcra", "gcra_composite", "sliding_log", "sliding_window"]
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ ALLOWED, DENIED, IMPOSSIBLE = 1, 0, -1
 # Algorithm codes shared with the Lua script (a limit's flag is 2 * algorithm + enforce).
 GCRA, SLIDING_LOG, SLIDING_WINDOW = 0, 1, 2
 CONCURRENCY = 3  # a concurrency limit's slots (not a rate algorithm: never in ALGORITHMS)
-ALGORITHMS = {"gcra": GCRA, "sliding_log": SLIDING_LOG, "sliding_window": SLIDING_WINDOW}
+QUOTA = 4  # a calendar quota (metered.py): a = the four period starts, b = its units per period
+ALGORITHMS = {"gcra": GCRA, "sliding_log": SLIDING_LOG, "sliding_window": SLIDING_WINDOW, "quota": QUOTA}
 
 State = Any  # per limit: a GCRA TAT (int), the log's entry times, or a WindowState; None: fresh
 
@@ -103,14 +105,23 @@ class _Limit:
 
     __slots__ = ("after", "before", "new", "retry", "status")
 
-    def __init__(self, algorithm: int, state: State, now: int, a: int, b: int, cost: int) -> None:
-        # a, b: interval and burst (GCRA), or period and limit (the sliding algorithms).
-        if algorithm == GCRA:
+    def __init__(self, algorithm: int, state: State, now: int, a: Any, b: int, cost: int) -> None:
+        # a, b: interval and burst (GCRA), period and limit (the sliding algorithms), or the
+        # four period starts and the units per period (a quota).
+        if algorithm == QUOTA:
+            status, retry, used_state, used = quota(state, now, a, b, cost)
+            end = period_of(a, now)[1]  # type: ignore[index]  # (quota raised if None)
+            self.status, self.retry = status, retry
+            self.new: State = used_state
+            new = used_state
+            self.before = quota_view(used, end, now, b)
+            self.after = quota_view(new[1], end, now, b)
+        elif algorithm == GCRA:
             tat = gcra(state, now, a, b, cost)
             current = now if state is None or state < now else state
             self.before = (_remaining(current, now, a, a * b), current - now)
             self.after = (tat.remaining, tat.reset_after)
-            self.new: State = tat.tat
+            self.new = tat.tat
             self.status = ALLOWED if tat.allowed else IMPOSSIBLE if tat.impossible else DENIED
             self.retry = tat.retry_after
         elif algorithm == SLIDING_LOG:
@@ -132,14 +143,15 @@ class _Limit:
 def composite(
     states: Sequence[State],
     now: int,
-    limits: Sequence[tuple[int, int, int, bool]],
+    limits: Sequence[tuple[int, Any, int, bool]],
     cost: int = 1,
     least: int | None = None,
     max_wait: int = 0,
 ) -> CompositeResult:
     """All-or-nothing decision over limits of any algorithm: ``limits`` holds
     (algorithm, a, b, enforce), where a, b are interval and burst for GCRA, period and N
-    for the sliding algorithms; ``states`` what each key stores (None: fresh).
+    for the sliding algorithms, the four period starts and the units per period for a
+    quota; ``states`` what each key stores (None: fresh).
 
     Every limit's state is written when all limits allow. When only shadow limits deny,
     the enforcing limits are written and the shadow ones are not (a hypothetical denial

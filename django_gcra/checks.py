@@ -64,6 +64,13 @@ def _callables() -> list[Problem]:
                     label = f"{where}[{kind.upper()!r}]" if where == "DJANGO_GCRA" else f"{where}[{kind!r}]"
                     found.append(Problem(Codes.BAD_ACCESS_CALLABLE, f"{label}: {path!r} does not import, or is not "
                                          "callable.", "Give a dotted path to a callable request -> bool."))
+    for index, route in enumerate(config.routes):
+        for field, dotted in (("settle", route.settle), ("count_when", route.count_when)):
+            if dotted is not None and not _importable(dotted):
+                found.append(Problem(Codes.BAD_SETTLE, f"DJANGO_GCRA['ROUTES'][{index}][{field!r}]: {dotted!r} does "
+                                     "not import, or is not callable.",
+                                     "Give a dotted path to a callable (request, response) -> "
+                                     f"{'int' if field == 'settle' else 'bool'}."))
     if config.denied_view and not _importable(config.denied_view):
         found.append(Problem(Codes.BAD_DENIED_VIEW, f"DJANGO_GCRA['DENIED_VIEW'] {config.denied_view!r} does not "
                              "import, or is not callable.",

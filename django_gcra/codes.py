@@ -5,7 +5,8 @@ settings, E020-E029 surfaces, E030-E039 policy plane, E040-E049 resilience, E050
 leases, E060-E069 DRF throttles, E070-E079 load shedding,
 E080-E089 multi-region budgets, E090-E099 concurrency limits, E100-E109 shaping
 (``max_wait``), E110-E119 the off switch and the test kit (``ENABLED``), E120-E129
-exemptions and deny lists, E140-E149 frameworks and signals (OpenTelemetry).
+exemptions and deny lists, E130-E139 / W130-W139 metered costs and calendar quotas,
+E140-E149 frameworks and signals (OpenTelemetry).
 """
 
 from __future__ import annotations
@@ -120,6 +121,13 @@ class Codes:
     BAD_ACCESS_NETWORK = "django_gcra.E124"
     BAD_ACCESS_CALLABLE = "django_gcra.E125"
     STALE_ACCESS_RULE = "django_gcra.W120"
+    QUOTA_BAD_PERIOD = "django_gcra.E130"
+    QUOTA_BAD_TZ = "django_gcra.E131"
+    QUOTA_BAD_VALUE = "django_gcra.E132"
+    QUOTA_WITH_RATE = "django_gcra.E133"
+    QUOTA_LEASE = "django_gcra.E134"
+    QUOTA_KEYS_ON_RATE = "django_gcra.E135"
+    BAD_SETTLE = "django_gcra.E136"
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,14 @@ def _sum(raw: dict[tuple[str, str, str], list[int]], policy: str | None, limit: 
     return out
 
 
+def _duration(seconds: float) -> str:
+    if seconds >= 86400:
+        return f"{seconds / 86400:.1f} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds:.0f} s"
+
+
 def quota_now(row: dict[str, Any]) -> str:
     """What a listed key has left now on its limit, peeked (cost 0: nothing consumed, no
     decision observed); one script call per key, for the few keys the page lists. The
@@ -130,6 +138,10 @@ def quota_now(row: dict[str, Any]) -> str:
         return f"? ({type(exc).__name__})"
     left, burst = outcome.remaining[index], p.limits[index].burst
     rested = outcome.reset_after[index] / 1e6
+    calendar = p.limits[index].limit.calendar
+    if calendar is not None:  # a calendar quota: its use in the current period
+        return f"{burst - left} of {burst} used this {calendar.period}" + (
+            f", new period in {_duration(rested)}" if rested > 0 else "")
     return f"{left} of {burst}" + (f", full in {rested:.1f} s" if left < burst else "")
 
 

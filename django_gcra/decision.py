@@ -61,7 +61,8 @@ class Decision(NamedTuple):
     disabled: bool = False  # DJANGO_GCRA["ENABLED"] is False: allowed, nothing asked of the store
     exempt: bool = False  # an EXEMPT rule matched: allowed, nothing asked of the store
     blocked: bool = False  # a DENY rule matched: refused (403), nothing asked of the store
-    settlement: Any = None  # what decision.settle() needs (metered costs); None: nothing to settle
+    # What decision.settle() needs (metered costs; settling.settlement): None, nothing to settle.
+    settlement: Any = None
 
     def release(self) -> None:
         """Free the concurrency slots this decision holds, in the store at once (one round
@@ -75,6 +76,32 @@ class Decision(NamedTuple):
         if self.slots is not None:
             await self.slots.arelease()
 
+    def settle(self, actual: int) -> bool:
+        """Charge the real cost of an allowed decision made with ``cost=estimate``: move each
+        of its rate and quota limits by ``actual - estimate`` in one atomic store call (more
+        is owed at once, at most a burst beyond full use; less is refunded, never leaving
+        more than a full burst). True when applied; False, doing nothing, on a denied,
+        shadow, exempt, disabled or fallback decision, or when the store could not be
+        reached (logged and counted). Settles once: a second call raises RuntimeError;
+        a negative ``actual`` raises ValueError."""
+        check_actual(actual)
+        found = self.settlement
+        if found is None:
+            return False
+        _claim(found)
+        result: bool = found[0][0](found[1], found[2], actual)
+        return result
+
+    async def asettle(self, actual: int) -> bool:
+        """``settle()`` for async code (never blocks the event loop on the store)."""
+        check_actual(actual)
+        found = self.settlement
+        if found is None:
+            return False
+        _claim(found)
+        result: bool = await found[0][1](found[1], found[2], actual)
+        return result
+
     @property
     def impossible(self) -> bool:
         """The cost exceeds the binding limit's burst: no wait will ever admit it."""
@@ -87,6 +114,22 @@ class Decision(NamedTuple):
     def headers(self) -> dict[str, str]:
         """The quota headers for this decision (and ``Retry-After`` when denied)."""
         return quota_headers(self)
+
+
+def _claim(settlement: list[Any]) -> None:
+    """Mark a settlement used: RuntimeError if it was (append is atomic: of two threads
+    settling one decision, one wins)."""
+    settlement.append(True)
+    if len(settlement) > 4:
+        raise RuntimeError("this decision is settled already (a decision settles once)")
+
+
+def check_actual(actual: object) -> None:
+    """TypeError unless ``actual`` is an int (bool refused); ValueError when negative."""
+    if type(actual) is not int:
+        raise TypeError(f"actual must be an int, not {type(actual).__name__}")
+    if actual < 0:
+        raise ValueError(f"actual must be >= 0, not {actual}")
 
 
 #: Every outcome label. ``fallback_*`` and ``unavailable`` (on_failure="closed") are

@@ -14,6 +14,13 @@ the view and its rate (``view.<module>.<qualname>.<rate>``, e.g.
 ``view.shop.views.checkout.10-per-1s``, unless ``name=`` is given), so two views, or two
 decorators stacked on one view, never share a counter.
 
+``settle=fn`` (metered costs): ``fn(request, response) -> int`` is the request's actual
+cost, charged once the view has answered (after the last chunk of a streamed body) by
+``decision.settle``; ``count_when=fn`` charges the cost only when ``fn(request, response)``
+is true (e.g. failed logins: every attempt is reserved first, so concurrent attempts can
+never exceed the limit, and a success is refunded). A settle that fails never fails the
+response (logged and counted).
+
 ``max_wait`` (seconds, shaping): a request that would be refused but has a slot within
 ``max_wait`` waits for it (the worker, or for an async view the coroutine, sleeps) and then
 runs the view; beyond it the request is refused as without it. A bad ``max_wait`` raises
@@ -40,7 +47,7 @@ from .plan import get_policy
 from .policy import Policy
 from .rates import parse_rate
 from .shaping import max_wait_problems
-from .surface import adecide_request, arespond, cost_of, decide_request, not_limited, respond
+from .surface import Metered, adecide_request, arespond, cost_of, decide_request, not_limited, respond
 from .validation import is_int, max_wait_problem
 
 __all__ = ["inline_policy", "ratelimit", "waiting_view_problems", "waiting_views"]
@@ -104,8 +111,18 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
               burst: int | None = None, cost: int | Callable[[Any], int] = 1, methods: Iterable[str] | None = None,
               block: bool = True, name: str | None = None, mode: str = "enforce",
               on_failure: str = "open", algorithm: str = "gcra",
-              max_wait: float = 0.0) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+              max_wait: float = 0.0, settle: Callable[[HttpRequest, Any], int] | None = None,
+              count_when: Callable[[HttpRequest, Any], bool] | None = None,
+              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Limit a view; see the module docstring. Bad arguments raise ImproperlyConfigured now."""
+    if settle is not None and count_when is not None:
+        raise ImproperlyConfigured("@ratelimit takes settle= or count_when=, not both (count_when is the short "
+                                   "form of a settle that returns the cost or 0).")
+    for label_, fn in (("settle", settle), ("count_when", count_when)):
+        if fn is not None and not callable(fn):
+            raise ImproperlyConfigured(f"@ratelimit {label_}= must be a callable of (request, response), "
+                                       f"not {fn!r}")
+    metered = Metered(settle, count_when) if settle is not None or count_when is not None else None
     if (policy is None) == (rate is None):
         raise ImproperlyConfigured("@ratelimit needs either policy='name' or an inline key=, rate= (and burst=).")
     if policy is not None and (key is not None or burst is not None or name is not None or algorithm != "gcra"):
@@ -157,7 +174,7 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
                 if skipped(request):
                     return await view(request, *args, **kwargs)
                 decision = await adecide_request(request, resolve(), cost_of(cost, request), max_wait)
-                return await arespond(request, decision, block, lambda: view(request, *args, **kwargs))
+                return await arespond(request, decision, block, lambda: view(request, *args, **kwargs), metered)
 
             async_wrapper.ratelimit_policy = policy  # type: ignore[attr-defined]  # for check E026
             return async_wrapper
@@ -167,7 +184,7 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
             if skipped(request):
                 return view(request, *args, **kwargs)
             decision = decide_request(request, resolve(), cost_of(cost, request), max_wait)
-            return respond(request, decision, block, lambda: view(request, *args, **kwargs))
+            return respond(request, decision, block, lambda: view(request, *args, **kwargs), metered)
 
         wrapper.ratelimit_policy = policy  # type: ignore[attr-defined]  # for check E026
         return wrapper

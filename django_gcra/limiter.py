@@ -27,6 +27,7 @@ from .overrides import cache as plane
 from .plan import Plan, get_policy, plan
 from .policy import Policy
 from .rates import Rate
+from .settling import SETTLERS
 from .signals import decision as decision_signal
 from .signals import notable_observers, observers
 from .store import backend_for, backend_for_plan
@@ -132,12 +133,12 @@ def _finish(p: Plan, outcome: Outcome | Served | object | None, request: HttpReq
     ``Served`` numbers, or the failure policy's answer), offered to the observers and sent."""
     one = True  # one rate limit: the hot path, its Decision built here (no frame more)
     if type(outcome) is tuple:  # served from a lease (LeasingBackend.serve): one limit, admitted now
-        least, rested, _ = outcome
+        least, rested, at = outcome
         enforced = would = ALLOWED
         retry_after, waited, slots = None, 0, None
     elif type(outcome) is Outcome:
         # Every field at once: unpacking reads a named tuple in a third of the time of its fields one by one.
-        enforced, would, retry_after, _, _, remaining, reset_after, _, waited, slots = outcome
+        enforced, would, retry_after, _, at, remaining, reset_after, _, waited, slots = outcome
         if len(remaining) == 1 and not p.slots:
             least, rested = remaining[0], reset_after[0]
         else:
@@ -146,17 +147,21 @@ def _finish(p: Plan, outcome: Outcome | Served | object | None, request: HttpReq
     else:
         one = False
         decision = _to_decision(p, outcome, fallback)
+    if not one and decision.allowed and not (decision.shadow or fallback) and type(outcome) is Outcome:
+        decision = decision._replace(settlement=[SETTLERS, p, outcome.now])  # (settling.settlement)
     if one:
         pl = p.limits[0]
         limit = pl.limit
         # tuple.__new__ with every field: a named tuple's own __new__ is one more Python frame.
         reset = rested / 1e6
-        state = _new(LimitState, (limit.name, pl.rate, pl.burst, least, reset, pl.mode, limit.algorithm))
+        rate = pl.rate if limit.calendar is None else _quota_rate(limit, pl.rate)
+        state = _new(LimitState, (limit.name, rate, pl.burst, least, reset, pl.mode, limit.algorithm))
         allowed = enforced == ALLOWED
         if allowed and would == ALLOWED:
             decision = Decision(allowed=True, retry_after=0.0, remaining=least, limit=limit.name,
                                 policy=p.policy.name, cost=p.cost, fallback=fallback, reset_after=reset,
-                                limits=(state,), descriptors=p.descriptors, waited=waited / 1e6, slots=slots)
+                                limits=(state,), descriptors=p.descriptors, waited=waited / 1e6, slots=slots,
+                                settlement=None if fallback else [SETTLERS, p, at])
             plain = not (fallback or waited)
         else:
             retry = math.inf if retry_after is None else retry_after / 1e6
@@ -179,6 +184,11 @@ def _finish(p: Plan, outcome: Outcome | Served | object | None, request: HttpReq
     return decision
 
 
+def _quota_rate(limit: Any, rate: Rate) -> Rate:
+    """A quota's rate as its headers show it: its units in the seconds of the current period."""
+    return Rate(rate.count, limit.calendar.length())
+
+
 def _to_decision(p: Plan, outcome: object | None, fallback: bool) -> Decision:
     """The decision without an outcome of the store: unavailable, nothing to check, or failing open."""
     name, cost, descriptors = p.policy.name, p.cost, p.descriptors
@@ -197,7 +207,8 @@ def _composite(p: Plan, outcome: Outcome, fallback: bool) -> Decision:
     states = []
     for i, pl in enumerate(p.limits):
         limit = pl.limit
-        states.append(_new(LimitState, (limit.name, pl.rate, pl.burst, remaining[i], reset_after[i] / 1e6, pl.mode,
+        rate = pl.rate if limit.calendar is None else _quota_rate(limit, pl.rate)
+        states.append(_new(LimitState, (limit.name, rate, pl.burst, remaining[i], reset_after[i] / 1e6, pl.mode,
                                         limit.algorithm)))
     base = len(states)
     for j, ps in enumerate(p.slots):

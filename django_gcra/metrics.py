@@ -25,6 +25,7 @@ from typing import Any
 from . import otel
 from .backends.slots import stats as slot_stats
 from .decision import OUTCOMES, Decision, outcome_of
+from .settling import stats as settle_stats
 
 __all__ = ["AVAILABLE", "OUTCOMES", "count_decisions_from", "export", "forget_exported", "on_decision", "outcome_of"]
 
@@ -105,6 +106,27 @@ class SlotCollector:
 if AVAILABLE:
     try:
         prometheus_client.REGISTRY.register(SlotCollector())
+    except ValueError:  # a second import of this module: the first one's collector is registered
+        pass
+
+
+class SettleCollector:
+    """``decision.settle`` in this process, by policy and outcome (applied, failed), read at scrape time."""
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        family = CounterMetricFamily("django_gcra_settles", "Metered costs settled after the response, by policy "
+                                     "and outcome (applied; failed: logged, never failing the response).",
+                                     labels=("policy", "outcome"))
+        for (policy, outcome), total in sorted(settle_stats.snapshot().items()):
+            family.add_metric((policy, outcome), total)
+        yield family
+
+
+if AVAILABLE:
+    try:
+        prometheus_client.REGISTRY.register(SettleCollector())
     except ValueError:  # a second import of this module: the first one's collector is registered
         pass
 

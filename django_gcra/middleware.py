@@ -6,18 +6,20 @@ Place it after ``AuthenticationMiddleware`` when a policy uses the ``user`` desc
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
+from django.utils.module_loading import import_string
 
 from .conf import get_settings
 from .identity import url_name
 from .plan import get_policy
 from .routes import Route
 from .shedding import LoadSheddingMiddleware
-from .surface import adecide_request, arespond, decide_request, respond
+from .surface import Metered, adecide_request, arespond, decide_request, respond
 
 __all__ = ["LoadSheddingMiddleware", "RateLimitMiddleware", "match_route"]
 
@@ -32,6 +34,28 @@ def match_route(request: HttpRequest) -> Route | None:
         if route.names is None or url_name(request) in route.names:
             return route
     return None
+
+
+def _lazy(path: str) -> Callable[..., Any]:
+    """A function that imports ``path`` when first called (a failure is then the settle's:
+    logged and counted, never the response's; ``manage.py check`` reports it, E136)."""
+    found: list[Callable[..., Any]] = []
+
+    def call(request: HttpRequest, response: Any) -> Any:
+        if not found:
+            found.append(import_string(path))
+        return found[0](request, response)
+
+    return call
+
+
+@functools.lru_cache(maxsize=256)
+def metered_of(route: Route) -> Metered | None:
+    """The route's ``Metered`` (None without ``settle`` or ``count_when``): one per route."""
+    if route.settle is None and route.count_when is None:
+        return None
+    return Metered(_lazy(route.settle) if route.settle else None,
+                   _lazy(route.count_when) if route.count_when else None)
 
 
 class RateLimitMiddleware:
@@ -51,7 +75,7 @@ class RateLimitMiddleware:
         if route is None:
             return self.get_response(request)
         decision = decide_request(request, get_policy(route.policy))
-        return respond(request, decision, True, lambda: self.get_response(request))
+        return respond(request, decision, True, lambda: self.get_response(request), metered_of(route))
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         route = match_route(request)
@@ -59,4 +83,4 @@ class RateLimitMiddleware:
             response: Awaitable[HttpResponseBase] = self.get_response(request)
             return await response
         decision = await adecide_request(request, get_policy(route.policy))
-        return await arespond(request, decision, True, lambda: self.get_response(request))
+        return await arespond(request, decision, True, lambda: self.get_response(request), metered_of(route))

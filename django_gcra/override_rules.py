@@ -15,16 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import catalog
-from .policy import MAX_CONCURRENCY, Concurrency, Limit, Policy, log_problem, span_problem
+from .policy import MAX_CONCURRENCY, MAX_QUOTA, Concurrency, Limit, Policy, log_problem, span_problem
 from .rates import Rate, parse_rate
 from .validation import is_int
 
-__all__ = ["MAX_QUOTA", "OverrideFields", "Unrunnable", "effect_problem", "match_problem", "override_problem"]
+__all__ = ["OverrideFields", "Unrunnable", "effect_problem", "match_problem", "override_problem"]
 
-#: The most units a calendar quota override may allow per period: far above any real
-#: quota, and sums of costs stay exact in the store script's doubles (2^53).
-MAX_QUOTA = 10**12
-QUOTA_ALGORITHM = "quota"  # a calendar quota limit's algorithm (DESIGN.md, "Calendar quotas")
 
 
 class OverrideFields(Protocol):
@@ -64,10 +60,26 @@ def match_problem(match: Any, policy: Policy) -> str | None:
     return None
 
 
-def effect_problem(limit: Limit | Concurrency, rate: Rate | None, burst: int | None) -> Unrunnable | None:
-    """Why this rate and burst cannot be run on ``limit``, or None."""
+def effect_problem(limit: Limit | Concurrency, rate: Rate | None, burst: int | None,
+                   quota: int | None = None) -> Unrunnable | None:
+    """Why this rate, burst and quota cannot be run on ``limit``, or None."""
     if burst is not None and not is_int(burst, 1):
         return Unrunnable("burst", f"The burst must be at least 1, not {burst!r}.")
+    is_quota = isinstance(limit, Limit) and limit.quota
+    if quota is not None:
+        if not is_int(quota, 1, MAX_QUOTA):
+            return Unrunnable("quota", f"The quota must be a whole number of units from 1 to {MAX_QUOTA:,}, not "
+                                       f"{quota!r}.")
+        if not is_quota:
+            algorithm = getattr(limit, "algorithm", "concurrency")
+            return Unrunnable("quota", f"Limit {limit.name} is a {algorithm} limit, not a calendar quota: it has no "
+                                       "quota. Change its rate or burst instead.")
+    if is_quota:
+        if rate is not None or burst is not None:
+            return Unrunnable("rate" if rate is not None else "burst",
+                              f"Limit {limit.name} is a calendar quota: it has no rate or burst. Change its quota "
+                              "instead.")
+        return None
     if isinstance(limit, Concurrency):  # its burst is the max; it has no rate
         if rate is not None:
             return Unrunnable("rate", f"Limit {limit.name} is a concurrency limit: it has no rate. Its max is the "
@@ -114,12 +126,4 @@ def override_problem(row: OverrideFields, policies: Mapping[str, Policy] | None 
         rate = parse_rate(row.rate) if row.rate else None
     except ValueError as exc:
         return Unrunnable("rate", str(exc))
-    if row.quota is not None:
-        if not is_int(row.quota, 1, MAX_QUOTA):
-            return Unrunnable("quota", f"The quota must be a whole number of units from 1 to {MAX_QUOTA:,}, not "
-                                       f"{row.quota!r}.")
-        algorithm = getattr(limit, "algorithm", "concurrency")
-        if algorithm != QUOTA_ALGORITHM:
-            return Unrunnable("quota", f"Limit {limit.name} is a {algorithm} limit, not a calendar quota: it has no "
-                                       "quota. Change its rate or burst instead.")
-    return effect_problem(limit, rate, row.burst)
+    return effect_problem(limit, rate, row.burst, row.quota)

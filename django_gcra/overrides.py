@@ -50,6 +50,7 @@ class Compiled:
     burst: int | None
     mode: str  # enforce | shadow | off
     expires: float | None  # Unix time
+    quota: int | None = None  # a calendar quota's units per period
 
     def live(self, now: float) -> bool:
         return self.expires is None or self.expires > now
@@ -180,7 +181,7 @@ def load_index() -> Index:
         names = tuple(sorted(str(k) for k in row.match))
         values = tuple(str(row.match[k]) for k in sorted(row.match, key=str))
         expires = row.expires_at.timestamp() if row.expires_at else None
-        compiled = Compiled(row.pk, rate, row.burst, row.mode, expires)
+        compiled = Compiled(row.pk, rate, row.burst, row.mode, expires, row.quota)
         shapes.setdefault((row.policy, row.limit), {}).setdefault(names, {}).setdefault(values, []).append(compiled)
     index: Index = {}
     for (policy, limit), by_names in shapes.items():
@@ -233,6 +234,10 @@ def apply_override(index: Index, policy: Policy, limit: Limit, values: Mapping[s
         return rate, burst, mode
     if found.mode == "off":
         return None
+    if limit.calendar is not None:  # a quota: its units per period, in a Rate of its period's length
+        if found.quota is None:
+            return rate, burst, found.mode
+        return Rate(found.quota, rate.period), found.quota, found.mode
     new_rate = found.rate or rate
     if found.burst is not None:
         burst = found.burst

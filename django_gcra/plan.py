@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import conf, overrides, regions
-from .algorithm import ALGORITHMS, CONCURRENCY, GCRA, SLIDING_LOG, SLIDING_WINDOW
+from .algorithm import ALGORITHMS, CONCURRENCY, GCRA, QUOTA, SLIDING_LOG, SLIDING_WINDOW
 from .backends import LimitSpec, lease_backend
 from .conf import get_settings, on_change
 from .keys import build_key, escape
@@ -136,7 +136,7 @@ class PlanMemo:
 # A sliding limit's key names its algorithm ("~" is never in a limit name), so a limit whose
 # algorithm is changed never meets the other algorithm's state under its name.
 _new = tuple.__new__
-KEY_SUFFIX = {SLIDING_LOG: "~log", SLIDING_WINDOW: "~win", CONCURRENCY: "~conc"}
+KEY_SUFFIX = {SLIDING_LOG: "~log", SLIDING_WINDOW: "~win", CONCURRENCY: "~conc", QUOTA: "~quota"}
 
 def stored_keys(pol: Policy, values: Mapping[str, str], limits: Sequence[Limit | Concurrency]) -> dict[str, str]:
     """Limit name -> its key for these descriptor values, built as a plan builds it (the
@@ -246,12 +246,12 @@ def _template(pol: Policy, tier: str | None) -> Template:
         rate = _rate(limit, tier)
         burst = limit.burst_for(rate)
         mode = pol.mode_of(limit)
-        if limit.sliding:
+        if limit.sliding:  # (a quota too: its rate's count is its units per period)
             code = ALGORITHMS[limit.algorithm]
             name, tail = limit.name + KEY_SUFFIX[code], (rate.interval, rate.count, mode == "enforce", code,
-                                                         rate.period * 1_000_000)
+                                                         rate.period * 1_000_000, limit.calendar)
         else:
-            name, tail = limit.name, (rate.interval, burst, mode == "enforce", GCRA, 0)
+            name, tail = limit.name, (rate.interval, burst, mode == "enforce", GCRA, 0, None)
         rows.append((limit, name, PlannedLimit(limit, rate, burst, mode), tail))
     template = (tuple(rows), _counted([row[2] for row in rows]))
     if len(_templates) > 1000:  # policies built per call (code, not settings): stay bounded
@@ -288,7 +288,8 @@ def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, i
             code = ALGORITHMS[limit.algorithm]
             interval, count = regions.scale(rate.interval, rate.count, share)
             specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name + KEY_SUFFIX[code], parts),
-                                   interval, count, mode == "enforce", code, rate.period * 1_000_000))
+                                   interval, count, mode == "enforce", code, rate.period * 1_000_000,
+                                   limit.calendar))
         else:
             interval, spec_burst = regions.scale(rate.interval, burst, share)
             specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), interval, spec_burst,

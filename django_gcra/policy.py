@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from .algorithm import ALGORITHMS
 from .budgets import Budget, parse_budget
 from .codes import Codes, Problem
+from .periods import NOMINAL_SECONDS, PERIODS, Calendar, zone_problem
 from .rates import Rate, parse_rate
 from .rules import DENY, EXEMPT, RuleSet, parse_rules
 from .validation import is_int, is_number
@@ -34,8 +35,11 @@ CONCURRENCY_KEYS = frozenset({"name", "key", "max", "ttl", "mode"})
 # background thread, so shorter would race a busy process), at most a day.
 MIN_SLOT_TTL, MAX_SLOT_TTL = 1.0, 86400.0
 MAX_CONCURRENCY = 100_000  # slots of one key: one ZSET entry each
-LIMIT_KEYS = frozenset({"name", "key", "rate", "burst", "fallback_rate", "mode", "algorithm"})
-ALGORITHM_NAMES = tuple(ALGORITHMS)  # gcra (the default), sliding_log, sliding_window
+LIMIT_KEYS = frozenset({"name", "key", "rate", "burst", "fallback_rate", "mode", "algorithm", "quota", "period",
+                        "tz"})
+QUOTA_KEYS = ("quota", "period", "tz")
+ALGORITHM_NAMES = tuple(ALGORITHMS)  # gcra (the default), sliding_log, sliding_window, quota
+MAX_QUOTA = 2**40  # units per period: counts stay exact in the script's doubles, twice over (debt)
 SLIDING = ("sliding_log", "sliding_window")
 # The sliding log holds one ZSET entry per unit in the window: about 35 bytes each up to
 # 128 entries (a listpack), about 130 above (a skiplist), so 10,000 is about 1.3 MB a key.
@@ -73,11 +77,19 @@ class Limit:
     burst: int | None  # None: the rate's count
     fallback_rate: Rate | None = None
     mode: str = "enforce"
-    algorithm: str = "gcra"  # gcra | sliding_log | sliding_window
+    algorithm: str = "gcra"  # gcra | sliding_log | sliding_window | quota
+    # A calendar quota's periods (algorithm "quota"): its rates are then Rate(units per
+    # period, the period's usual length in seconds), one per tier.
+    calendar: Calendar | None = None
 
     @property
     def sliding(self) -> bool:
+        """Not GCRA: a sliding limit or a quota (no burst, never leased, never waits)."""
         return self.algorithm != "gcra"
+
+    @property
+    def quota(self) -> bool:
+        return self.calendar is not None
 
     @property
     def tiered(self) -> bool:
@@ -294,6 +306,15 @@ def _parse_limit(where: str, raw: Any, custom: Mapping[str, Any], problems: list
     key = _key_of(where, raw.get("key"), custom, Codes.BAD_KEY, problems, empty_ok=False)
     if key is None:
         ok = False
+    if raw.get("algorithm") == "quota":
+        return _parse_quota(where, raw, str(name), key, ok, problems)
+    for extra in QUOTA_KEYS:
+        if extra in raw:
+            problems.append(Problem(Codes.QUOTA_KEYS_ON_RATE, f"{where} gives {extra!r} to a "
+                                    f"{raw.get('algorithm', 'gcra')} limit.", "'quota', 'period' and 'tz' belong to "
+                                    "a calendar quota: add \"algorithm\": \"quota\" (and remove 'rate'), or remove "
+                                    f"{extra!r}."))
+            ok = False
     rates = _parse_rates(where, raw.get("rate"), problems)
     burst = raw.get("burst")
     if burst is not None and not is_int(burst, 1):
@@ -321,6 +342,55 @@ def _parse_limit(where: str, raw: Any, custom: Mapping[str, Any], problems: list
     if not ok or rates is None:
         return None
     return Limit(str(name), key, rates, burst, fallback, mode, algorithm)  # type: ignore[arg-type]
+
+
+def default_tz() -> str:
+    """Django's ``TIME_ZONE`` (UTC when unset): a quota's calendar unless it names ``tz``."""
+    from django.conf import settings
+
+    return getattr(settings, "TIME_ZONE", None) or "UTC"
+
+
+def _parse_quota(where: str, raw: Mapping[str, Any], name: str, key: tuple[str, ...] | None, ok: bool,
+                 problems: list[Problem]) -> Limit | None:
+    """A calendar quota (E130-E133): quota per period of the calendar of tz."""
+    for extra in ("rate", "burst", "fallback_rate"):
+        if raw.get(extra) is not None:
+            problems.append(Problem(Codes.QUOTA_WITH_RATE, f"{where} is a quota limit with {extra!r}.",
+                                    "A calendar quota takes 'quota', 'period' and 'tz' only: move the rate to a "
+                                    "limit of its own beside it in the same policy."))
+            ok = False
+    period = raw.get("period")
+    if period not in PERIODS:
+        problems.append(Problem(Codes.QUOTA_BAD_PERIOD, f"{where} has period {period!r}.",
+                                f"Use one of {', '.join(PERIODS)} (a week starts on Monday)."))
+        ok = False
+    tz = raw.get("tz")
+    tz = default_tz() if tz is None else tz
+    why = zone_problem(tz)
+    if why is not None:
+        problems.append(Problem(Codes.QUOTA_BAD_TZ, f"{where}: {why}.",
+                                "Give an IANA zone name such as 'Europe/Paris' or 'UTC' (the default is Django's "
+                                "TIME_ZONE); install the tzdata package where the system has no zone database."))
+        ok = False
+    raw_quota = raw.get("quota")
+    items = raw_quota.items() if isinstance(raw_quota, Mapping) and raw_quota else [(None, raw_quota)]
+    quotas: dict[str | None, int] = {}
+    for tier, value in items:
+        if (tier is not None and (not isinstance(tier, str) or not tier)) or not is_int(value, 1, MAX_QUOTA):
+            label = f"{where}['quota']" + (f"[{tier!r}]" if tier is not None else "")
+            problems.append(Problem(Codes.QUOTA_BAD_VALUE, f"{label} is {value!r}.",
+                                    f"Give the units per period: an int from 1 to {MAX_QUOTA:,}, or a dict of "
+                                    "tier name to such an int."))
+            ok = False
+        else:
+            quotas[tier] = int(value)  # type: ignore[arg-type]  # is_int above
+    mode = _choice(where, raw, "mode", MODES, "enforce", problems)
+    if not ok or key is None:
+        return None
+    seconds = NOMINAL_SECONDS[str(period)]
+    rates = {tier: Rate(units, seconds) for tier, units in quotas.items()}
+    return Limit(name, key, rates, None, None, mode, "quota", Calendar(str(period), str(tz)))
 
 
 def _sliding_problems(where: str, algorithm: str, burst: Any, rates: dict[str | None, Rate] | None,
@@ -395,6 +465,10 @@ def _lease_problems(where: str, lease: Lease | None, limits: list[Limit], mode: 
                         "single-limit policies (such as machine API keys).")]
     problems = []
     for limit in limits:
+        if limit.quota:
+            return [Problem(Codes.QUOTA_LEASE, f"{where} leases the quota limit {limit.name!r}.",
+                            "A lease spends its units in memory, so a period's boundary and a settled cost "
+                            "would not reach the store: remove the lease (a quota is counted in the store).")]
         if limit.sliding:
             problems.append(Problem(Codes.LEASE_SLIDING, f"{where} leases the {limit.algorithm} limit "
                                     f"{limit.name!r}.", "A lease records its units when it is taken and spends them "

@@ -2,7 +2,10 @@
 
 Each route is ``{"path": regex, "policy": name}`` with optional ``"methods": [...]`` and
 ``"names": [url names]``; the regex is searched in ``request.path_info``. Whether each
-policy exists is checked against the parsed policies (``conf``).
+policy exists is checked against the parsed policies (``conf``). Metered costs:
+``"settle": "dotted.path"`` (``fn(request, response) -> int``, the actual cost) or
+``"count_when": "dotted.path"`` (``fn(request, response) -> bool``); whether they import
+is a system check (E136), and they are imported at the first request that uses them.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from .codes import Codes, Problem
 
 __all__ = ["Route", "parse_routes"]
 
-ROUTE_KEYS = frozenset({"path", "policy", "methods", "names"})
+ROUTE_KEYS = frozenset({"path", "policy", "methods", "names", "settle", "count_when"})
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,8 @@ class Route:
     policy: str
     methods: frozenset[str] | None = None  # None: every method
     names: frozenset[str] | None = None  # URL names (with namespaces); None: any
+    settle: str | None = None  # dotted path of fn(request, response) -> int
+    count_when: str | None = None  # dotted path of fn(request, response) -> bool
 
 
 def _strings(value: Any) -> frozenset[str] | None:
@@ -55,6 +61,15 @@ def parse_routes(raw: Any, problems: list[Problem]) -> tuple[Route, ...]:
             problems.append(Problem(Codes.BAD_ROUTE, f"{where}: 'methods' and 'names' must be lists of "
                                     f"strings, and no other keys are allowed (got {sorted(entry)})."))
             continue
+        settle, count_when = entry.get("settle"), entry.get("count_when")
+        bad = [f"{k}={v!r}" for k, v in (("settle", settle), ("count_when", count_when))
+               if v is not None and not (isinstance(v, str) and _DOTTED.match(v))]
+        if bad or (settle is not None and count_when is not None):
+            problems.append(Problem(Codes.BAD_SETTLE, f"{where}: {', '.join(bad) or 'settle and count_when'} "
+                                    f"{'is not a dotted path' if bad else 'are both given'}.",
+                                    "Give one of 'settle' (a dotted path to fn(request, response) -> int) or "
+                                    "'count_when' (a dotted path to fn(request, response) -> bool)."))
+            continue
         routes.append(Route(path, entry["policy"], frozenset(m.upper() for m in methods) if methods else None,
-                            _strings(names)))
+                            _strings(names), settle, count_when))
     return tuple(routes)

@@ -39,8 +39,8 @@ from .policy import Policy
 if TYPE_CHECKING:
     from .plan import Plan
 
-__all__ = ["backend_for", "backend_for_plan", "cache_connection", "clocked_backend", "endpoint_for", "in_event_loop",
-           "limiter_async_client", "limiter_client", "read_guarded", "store_backend"]
+__all__ = ["backend_for", "backend_for_plan", "cache_connection", "clocked_backend", "deciding_backend", "endpoint_for",
+           "in_event_loop", "limiter_async_client", "limiter_client", "read_guarded", "store_backend"]
 
 _lock = threading.Lock()
 _sync: dict[str, Any] = {}
@@ -150,6 +150,12 @@ def store_backend(alias: str | None = None) -> RedisBackend:
                                                   functools.partial(limiter_async_client, alias),
                                                   functools.partial(_breaker_of, alias))
     return backend
+
+
+def deciding_backend(alias: str | None = None) -> RedisBackend:
+    """The store of ``alias`` as a decision reaches it now, leases aside: the clocked one
+    while a test clock is installed (a settle must read the time its decision read)."""
+    return store_backend(alias) if test_clock.active is None else clocked_backend(alias)
 
 
 def clocked_backend(alias: str | None = None) -> RedisBackend:

@@ -9,11 +9,23 @@ A decision that holds concurrency slots releases them when the response is close
 the WSGI or ASGI server, after the last chunk of a streamed body or when the client goes
 away), when the view raises, and when an async view is cancelled (Django 5 cancels it on
 a client disconnect). ``release_when_done`` is the one place that arranges it.
+
+Metered costs (``settle=`` / ``count_when=``, a ``Metered``): once the view has answered,
+the actual cost is asked of ``settle(request, response)`` (or ``count_when(request,
+response)`` charges the estimate when true, nothing when false) and the decision is
+settled: at once for a response that is not streamed, when it is closed for a streamed
+one (after its last chunk, the same hook that releases slots). A settle that fails (the
+function raises or returns a bad value, the store is unreachable) never fails the
+response: it is logged and counted (``settling.stats``, the metric
+``django_gcra_settles_total``). A view that raises keeps its estimate.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase
@@ -23,9 +35,63 @@ from .http import adenied_response, apply_quota_headers, denied_response
 from .identity import adescriptors_for, descriptor_names, descriptors_for
 from .limiter import adecide, decide
 from .policy import Policy
+from .settling import stats as settle_stats
 
-__all__ = ["adecide_request", "arespond", "cost_of", "decide_request", "not_limited", "record", "release_when_done",
-           "respond"]
+__all__ = ["Metered", "adecide_request", "arespond", "cost_of", "decide_request", "not_limited", "record",
+           "release_when_done", "respond"]
+
+logger = logging.getLogger("django_gcra")
+
+
+@dataclass(frozen=True)
+class Metered:
+    """How a surface settles its decisions: ``settle(request, response) -> int`` (the actual
+    cost) or ``count_when(request, response) -> bool`` (charge the estimate only when true)."""
+
+    settle: Callable[[HttpRequest, Any], int] | None = None
+    count_when: Callable[[HttpRequest, Any], bool] | None = None
+
+    def actual(self, request: HttpRequest, response: Any, decision: Decision) -> int:
+        if self.settle is not None:
+            return self.settle(request, response)
+        assert self.count_when is not None
+        return decision.cost if self.count_when(request, response) else 0
+
+    def after(self, request: HttpRequest, response: Any, decision: Decision) -> Any:
+        """Settle ``decision`` now, or, for a streamed response, when it is closed."""
+        if decision.settlement is None:
+            return response
+        closers = getattr(response, "_resource_closers", None)
+        if getattr(response, "streaming", False) and isinstance(closers, list):
+            closers.append(functools.partial(self.now, request, response, decision))
+        else:
+            self.now(request, response, decision)
+        return response
+
+    async def aafter(self, request: HttpRequest, response: Any, decision: Decision) -> Any:
+        if decision.settlement is None:
+            return response
+        closers = getattr(response, "_resource_closers", None)
+        if getattr(response, "streaming", False) and isinstance(closers, list):
+            closers.append(functools.partial(self.now, request, response, decision))
+            return response
+        try:
+            await decision.asettle(self.actual(request, response, decision))
+        except Exception as exc:  # never fail the response
+            self.failed(decision, exc)
+        return response
+
+    def now(self, request: HttpRequest, response: Any, decision: Decision) -> None:
+        try:
+            decision.settle(self.actual(request, response, decision))
+        except Exception as exc:  # never fail the response
+            self.failed(decision, exc)
+
+    @staticmethod
+    def failed(decision: Decision, exc: BaseException) -> None:
+        settle_stats.add(decision.policy, "failed")
+        logger.warning("django_gcra: could not settle a decision of policy %r: %s: %s", decision.policy,
+                       type(exc).__name__, exc)
 
 
 def record(request: HttpRequest, decision: Decision) -> Decision:
@@ -70,32 +136,42 @@ def release_when_done(response: Any, decision: Decision) -> Any:
 
 
 def respond(request: HttpRequest, decision: Decision, block: bool,
-            get_response: Callable[[], HttpResponseBase]) -> HttpResponseBase:
-    """The denied response, or the view's response with the quota headers. A deny rule's
-    refusal is answered whatever ``block`` says (``block=False`` is about rate limits)."""
+            get_response: Callable[[], HttpResponseBase], metered: Metered | None = None) -> HttpResponseBase:
+    """The denied response, or the view's response with the quota headers (settled by
+    ``metered``, if given). A deny rule's refusal is answered whatever ``block`` says
+    (``block=False`` is about rate limits)."""
     if (block or decision.blocked) and not decision.allowed:
         return denied_response(request, decision)
     if decision.slots is None:
-        return apply_quota_headers(get_response(), decision)
+        if metered is None:
+            return apply_quota_headers(get_response(), decision)
+        return apply_quota_headers(metered.after(request, get_response(), decision), decision)
     try:
         response = get_response()
     except BaseException:
         decision.release()
         raise
+    if metered is not None:
+        response = metered.after(request, response, decision)
     return apply_quota_headers(release_when_done(response, decision), decision)
 
 
 async def arespond(request: HttpRequest, decision: Decision, block: bool,
-                   get_response: Callable[[], Awaitable[HttpResponseBase]]) -> HttpResponseBase:
+                   get_response: Callable[[], Awaitable[HttpResponseBase]],
+                   metered: Metered | None = None) -> HttpResponseBase:
     if (block or decision.blocked) and not decision.allowed:
         return await adenied_response(request, decision)
     if decision.slots is None:
-        return apply_quota_headers(await get_response(), decision)
+        if metered is None:
+            return apply_quota_headers(await get_response(), decision)
+        return apply_quota_headers(await metered.aafter(request, await get_response(), decision), decision)
     try:
         response = await get_response()
     except BaseException:  # the view raised, or was cancelled (the client disconnected)
         decision.release()
         raise
+    if metered is not None:
+        response = await metered.aafter(request, response, decision)
     return apply_quota_headers(release_when_done(response, decision), decision)
 
 

@@ -29,6 +29,7 @@ raises an exception DRF does not turn into a response).
 
 from __future__ import annotations
 
+import inspect
 import warnings
 import weakref
 from collections.abc import Mapping
@@ -53,7 +54,7 @@ from .http import denial_message, denial_status, retry_after_header
 from .identity import client_ip, descriptor_names, descriptors_for, normalise_ip
 from .limiter import decide, get_policy
 from .policy import Policy
-from .surface import release_when_done
+from .surface import Metered, release_when_done
 
 __all__ = [
     "AccessForbidden",
@@ -115,10 +116,19 @@ class GCRAThrottle(BaseThrottle):
             return True
         return self._decide(request, view, *found)
 
+    def get_metered(self, view: Any) -> Metered | None:
+        """How this throttle's decisions are settled after the response (PolicyThrottle: the
+        view's ``ratelimit_settle`` / ``ratelimit_count_when``); None: never."""
+        return None
+
     def _decide(self, request: Any, view: Any, policy: Policy | str, descriptors: Mapping[str, Any]) -> bool:
         self.decision = decision = decide(policy, descriptors, self.get_cost(request, view), request=request)
         if decision.slots is not None:
             _release_with(view, decision)
+        if decision.settlement is not None:
+            metered = self.get_metered(view)
+            if metered is not None:
+                _settle_with(view, decision, metered)
         self._publish(view, decision)
         if decision.blocked:
             raise AccessForbidden(denial_message(decision))
@@ -157,6 +167,38 @@ class GCRAThrottle(BaseThrottle):
         if self.decision is None or self.decision.allowed or self.decision.impossible or self.decision.blocked:
             return None  # (blocked: a deny rule; no wait helps)
         return self.decision.retry_after
+
+
+def _view_function(view: Any, name: str) -> Any:
+    """The view's ``name`` as a callable of (request, response): a method or staticmethod as
+    it is bound, and a plain function of two arguments set on the class (``ratelimit_settle =
+    tokens_used``) unbound, as its author wrote it."""
+    found = getattr(view, name, None)
+    raw = inspect.getattr_static(view, name, None)
+    if inspect.isfunction(raw) and inspect.ismethod(found):
+        try:
+            positional = [p for p in inspect.signature(raw).parameters.values()
+                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            return found
+        if len(positional) == 2:
+            return raw
+    return found
+
+
+def _settle_with(view: Any, decision: Decision, metered: Metered) -> None:
+    """Settle ``decision`` with the response DRF finalizes (the one of an exception the view
+    handled too, such as a 401); a streamed body once it is closed."""
+    if not hasattr(view, "__dict__") or not callable(getattr(view, "finalize_response", None)):
+        return  # no response to follow: the estimate stands
+    finalize = view.finalize_response
+
+    def finalize_response(request: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
+        view.finalize_response = finalize
+        response = finalize(request, response, *args, **kwargs)
+        return metered.after(request, response, decision)
+
+    view.finalize_response = finalize_response
 
 
 def _release_with(view: Any, decision: Decision) -> None:
@@ -323,7 +365,20 @@ class GCRAScopedRateThrottle(GCRARateThrottle, ScopedRateThrottle):
 
 
 class PolicyThrottle(GCRAThrottle):
-    """The policy named by the view's ``ratelimit_policy`` (cost: ``ratelimit_cost``)."""
+    """The policy named by the view's ``ratelimit_policy`` (cost: ``ratelimit_cost``;
+    metered costs: ``ratelimit_settle(request, response) -> int`` or
+    ``ratelimit_count_when(request, response) -> bool``: a method, a staticmethod, or a
+    function of (request, response) set on the class)."""
+
+    def get_metered(self, view: Any) -> Metered | None:
+        settle = _view_function(view, "ratelimit_settle")
+        count_when = _view_function(view, "ratelimit_count_when")
+        if settle is None and count_when is None:
+            return None
+        if settle is not None and count_when is not None:
+            raise ImproperlyConfigured(f"{type(view).__name__} sets ratelimit_settle and ratelimit_count_when; "
+                                       "give one of them.")
+        return Metered(settle, count_when)
 
     def get_policy(self, request: Any, view: Any) -> tuple[Policy | str, dict[str, Any]] | None:
         name = getattr(view, "ratelimit_policy", None)

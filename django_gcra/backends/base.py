@@ -22,7 +22,9 @@ class LimitSpec(NamedTuple):
     sliding log (1) and the weighted window (2): ``burst`` is N, the units admitted in
     any ``period`` us (``interval`` is then informative only: period / N, rounded up).
     A concurrency limit (3): ``burst`` is its max, ``period`` (and ``interval``) its slots'
-    ttl in us; one slot per allowed decision, whatever the cost.
+    ttl in us; one slot per allowed decision, whatever the cost. A calendar quota (4):
+    ``burst`` is its units per period, ``calendar`` the ``periods.Calendar`` whose
+    boundaries the script is sent (``period``: the period's usual length, informative).
     """
 
     key: str
@@ -31,6 +33,7 @@ class LimitSpec(NamedTuple):
     enforce: bool = True  # False: a shadow limit, whose denial only counts as "would deny"
     algorithm: int = GCRA  # algorithm.GCRA, SLIDING_LOG or SLIDING_WINDOW
     period: int = 0  # us; the sliding algorithms' window
+    calendar: Any = None  # a quota's periods.Calendar (algorithm QUOTA: burst is its units per period)
 
 
 class Outcome(NamedTuple):
@@ -90,6 +93,16 @@ class Backend(ABC):
         ``collect()`` (from any thread; it waits for the reply). None when this store, on
         this thread, cannot (nothing was sent). ``done`` must not call the store."""
         return None
+
+    def settle(self, specs: Sequence[LimitSpec], delta: int, at: int) -> int:
+        """Move every limit of ``specs`` (rate and quota limits of one allowed decision made
+        at ``at``, the store's us) by ``delta`` units in one atomic step: owed when above 0,
+        refunded when below, as ``metered.py`` bounds it. Returns the store's time (us)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot settle a metered cost")
+
+    async def asettle(self, specs: Sequence[LimitSpec], delta: int, at: int) -> int:
+        """Async ``settle``; the default runs it in a worker thread."""
+        return await sync_to_async(self.settle, thread_sensitive=False)(specs, delta, at)
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         """The stored TATs (us) of ``keys``, for inspection; None where a key is absent."""

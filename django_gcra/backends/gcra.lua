@@ -3,6 +3,10 @@
 -- ARGV[1]: cost (0 peeks); then per limit i: a, b, flag. flag = 2 * algorithm + enforce,
 --   enforce 1 | shadow 0: '1'/'0' GCRA (a = interval_us, b = burst); '3'/'2' the sliding
 --   log, '5'/'4' the weighted window (a = period_us, b = N, the units in any period).
+-- Calendar quotas (flag '9' enforce / '8' shadow): a = four period starts "b0:b1:b2:b3" (us),
+--   b = the units per period; the key holds "start:used" of the period that holds now. When
+--   now is outside [b0, b3) the script writes nothing and returns {-9, 0, 0, 0, now}: the
+--   caller sends the call again with boundaries around that now (django_gcra/periods.py).
 -- Concurrency limits (flag '7' enforce / '6' shadow; a = ttl_us, b = max): KEYS[i] is a ZSET
 --   of holder tokens scored by when each slot expires; ARGV[3n+4] is this decision's token.
 -- ARGV[3n+2] (optional): least. Present, the script takes as many units as every GCRA
@@ -17,7 +21,8 @@
 --   enforced: 1 allowed, 0 denied, -1 never satisfiable (cost > burst or N), by enforcing limits
 --   would:    the same over all limits, shadow ones included
 --   retry_us / binding: the largest retry among the denying limits (enforcing first), 1-based
---   reset_us: GCRA, until the key is rested; sliding, until one more unit is free
+--   reset_us: GCRA, until the key is rested; sliding, until one more unit is free; a quota,
+--   until its period ends (0 when nothing is used)
 -- With concurrency limits, the reply ends with the number of slots found expired (their
 --   holders died or stopped extending them) and removed by this call.
 -- Writes every limit's state when all limits allow; only the enforcing limits' when just
@@ -53,11 +58,12 @@ end
 -- The sliding algorithms' helpers are built only for a call that has such a limit, so a
 -- GCRA-only call (the hot path) pays nothing for them, and a log-only call nothing for
 -- the weighted window's.
-local has_log, has_win, has_conc = false, false, false
+local has_log, has_win, has_conc, has_quota = false, false, false, false
 for i = 1, n do
   local flag = ARGV[3 * i + 1]
   if flag ~= '1' and flag ~= '0' then
     if flag == '7' or flag == '6' then has_conc = true
+    elseif flag == '9' or flag == '8' then has_quota = true
     elseif flag == '3' or flag == '2' then has_log = true else has_win = true end
   end
 end
@@ -163,6 +169,28 @@ if least then
   end
   if cost < least then cost = least end
 end
+-- [quota] quo[i]: {start, end, used, fits} of a quota limit's period that holds now
+local quo = has_quota and {}
+if has_quota then
+  for i = 1, n do
+    local flag = ARGV[3 * i + 1]
+    if flag == '9' or flag == '8' then
+      local b0, b1, b2, b3 = string.match(ARGV[3 * i - 1], '^(%d+):(%d+):(%d+):(%d+)$')
+      b0, b1, b2, b3 = tonumber(b0), tonumber(b1), tonumber(b2), tonumber(b3)
+      if not b0 or now < b0 or now >= b3 then return {-9, 0, 0, 0, now} end
+      local s, e = b2, b3
+      if now < b1 then s, e = b0, b1 elseif now < b2 then s, e = b1, b2 end
+      local used = 0
+      local raw = redis.call('GET', KEYS[i])
+      if raw then
+        local ss, uu = string.match(raw, '^(%d+):(%d+)$')
+        if tonumber(ss) == s then used = tonumber(uu) end
+      end
+      quo[i] = {s, e, used, false}
+    end
+  end
+end
+-- [/quota]
 -- [concurrency] a slot per concurrency limit: held[i] is its count of live slots.
 local held, expired, token
 if has_conc then held, expired, token = {}, 0, ARGV[3 * n + 4] end
@@ -196,6 +224,15 @@ for i = 1, n do
         new_tats[i] = new_tat
       end
     end
+  elseif has_quota and quo[i] then  -- [quota]
+    local q, lim = quo[i], tonumber(ARGV[3 * i])
+    enforce = flag == '9'
+    if cost > lim then
+      status, retry = -1, 1e300
+    elseif q[3] + cost > lim then
+      status, retry = 0, q[2] - now
+    end
+    q[4] = status == 1
   elseif has_conc and (flag == '7' or flag == '6') then  -- [concurrency]
     enforce = flag == '7'
     expired = expired + redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
@@ -302,7 +339,18 @@ local result = {enforced, would, 0, 0, now}
 for i = 1, n do
   local flag = ARGV[3 * i + 1]
   local st = sliding and slide[i]
-  if has_conc and held[i] then  -- [concurrency]
+  if has_quota and quo[i] then  -- [quota]
+    local q = quo[i]
+    local used = q[3]
+    if enforced == 1 and q[4] and (would == 1 or flag == '9') then
+      used = used + cost
+      if cost > 0 then
+        redis.call('SET', KEYS[i], string.format('%d:%d', q[1], used), 'PX', math.ceil((q[2] - now) / 1000))
+      end
+    end
+    result[4 + 2 * i] = math.max(0, tonumber(ARGV[3 * i]) - used)
+    result[5 + 2 * i] = used > 0 and q[2] - now or 0
+  elseif has_conc and held[i] then  -- [concurrency]
     local count = held[i]
     if enforced == 1 and cost > 0 and (would == 1 or flag == '7') then
       local ttl = tonumber(ARGV[3 * i - 1])

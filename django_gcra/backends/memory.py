@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..algorithm import ALLOWED, GCRA, SLIDING_LOG, composite
+from ..algorithm import ALLOWED, GCRA, QUOTA, SLIDING_LOG, composite
+from ..metered import settle_gcra, settle_log, settle_quota, settle_window
 from .base import Backend, LimitSpec, Outcome
 
 
@@ -17,7 +18,11 @@ def _now_us() -> int:
 
 def _expiry(spec: LimitSpec, state: Any, now: int) -> int:
     """When a written state stops mattering, as the script's PX says: a GCRA TAT; the log's
-    newest entry (now) plus the period; the weighted window's start plus two periods."""
+    newest entry (now) plus the period; the weighted window's start plus two periods; a
+    quota's period end."""
+    if spec.algorithm == QUOTA:
+        bounds = spec.calendar.bounds_for(now)
+        return int(bounds[2] if now < bounds[2] else bounds[3])
     if spec.algorithm == GCRA:
         return int(state)
     if spec.algorithm == SLIDING_LOG:
@@ -45,7 +50,8 @@ class MemoryBackend(Backend):
         with self._lock:
             now = self.clock()
             states = [self._get(spec.key, now) for spec in specs]
-            limits = [(s.algorithm, s.period if s.algorithm else s.interval, s.burst, s.enforce) for s in specs]
+            limits = [(s.algorithm, s.calendar.bounds_for(now) if s.algorithm == QUOTA else
+                       s.period if s.algorithm else s.interval, s.burst, s.enforce) for s in specs]
             result = composite(states, now, limits, cost, least, max_wait)
             for spec, state in zip(specs, result.writes):
                 if state is not None:
@@ -60,6 +66,28 @@ class MemoryBackend(Backend):
         """Forget every key (``reset.forget_process_state``)."""
         with self._lock:
             self._tats.clear()
+
+    def settle(self, specs: Sequence[LimitSpec], delta: int, at: int) -> int:
+        with self._lock:
+            now = self.clock()
+            for spec in specs:
+                state = self._get(spec.key, now)
+                new: Any
+                if spec.algorithm == QUOTA:
+                    new = settle_quota(state, now, at, spec.calendar.bounds_for(now), spec.burst, delta)
+                    if new is None:
+                        continue
+                elif spec.algorithm == GCRA:
+                    new = settle_gcra(state, now, spec.interval, spec.burst, delta)
+                elif spec.algorithm == SLIDING_LOG:
+                    new = settle_log(state, now, spec.period, spec.burst, delta)
+                else:
+                    new = settle_window(state, now, spec.period, spec.burst, delta)
+                if new is None:
+                    self._tats.pop(spec.key, None)
+                else:
+                    self._tats[spec.key] = (_expiry(spec, new, now), new)
+        return now
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         with self._lock:

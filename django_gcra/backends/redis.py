@@ -26,7 +26,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ..algorithm import ALLOWED, CONCURRENCY, GCRA, SLIDING_LOG
+from ..algorithm import ALLOWED, CONCURRENCY, GCRA, QUOTA, SLIDING_LOG
 from .base import Backend, BackendError, LimitSpec, Outcome
 from .breaker import CLOSED, CircuitBreaker
 from .clients import ConnectionSetUpFailed
@@ -49,6 +49,23 @@ def _counts_against_endpoint(exc: BaseException) -> bool:
 _new = tuple.__new__
 SCRIPT = files(__package__).joinpath("gcra.lua").read_text(encoding="utf-8")
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
+# decision.settle(): a metered cost's difference on every rate and quota limit, in one call.
+SETTLE_SCRIPT = files(__package__).joinpath("settle.lua").read_text(encoding="utf-8")
+SETTLE_SHA = hashlib.sha1(SETTLE_SCRIPT.encode()).hexdigest()
+
+
+def settle_args(specs: Sequence[LimitSpec], delta: int, at: int) -> list[Any]:
+    """ARGV for the settle script: delta, the decision's time, then per limit a, b and its
+    algorithm (GCRA interval and burst; a sliding period and N; a quota's boundaries and units)."""
+    args: list[Any] = [delta, at]
+    for spec in specs:
+        if spec.algorithm == QUOTA:
+            args += (spec.calendar.argument(), spec.burst, QUOTA)
+        elif spec.algorithm:
+            args += (spec.period, spec.burst, spec.algorithm)
+        else:
+            args += (spec.interval, spec.burst, GCRA)
+    return args
 
 
 def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None, max_wait: int = 0,
@@ -60,7 +77,9 @@ def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None,
     future slot); then, with concurrency limits, the holder ``token`` ('' fills a gap)."""
     args: list[Any] = [cost]
     for spec in specs:
-        if spec.algorithm:
+        if spec.algorithm == QUOTA:  # the period starts around the store's expected time
+            args += (spec.calendar.argument(), spec.burst, 9 if spec.enforce else 8)
+        elif spec.algorithm:
             args += (spec.period, spec.burst, 2 * spec.algorithm + (1 if spec.enforce else 0))
         else:
             args += (spec.interval, spec.burst, 1 if spec.enforce else 0)
@@ -74,6 +93,18 @@ def script_args(specs: Sequence[LimitSpec], cost: int, least: int | None = None,
 
 
 _key_of = operator.itemgetter(0)  # LimitSpec.key
+MISS = -9  # the script's time was outside a quota's boundaries (periods.Calendar)
+
+
+def missed(reply: Sequence[Any], specs: Sequence[LimitSpec]) -> bool:
+    """True when ``reply`` says the store's time is outside the boundaries sent for a
+    quota: each quota's calendar then learns the store's time, and the call is sent again."""
+    if reply[0] != MISS:
+        return False
+    for spec in specs:
+        if spec.algorithm == QUOTA:
+            spec.calendar.moved(reply[4])
+    return True
 
 
 def _token_for(specs: Sequence[LimitSpec]) -> str | None:
@@ -116,6 +147,22 @@ def run_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
     except NoScriptError:
         client.script_load(SCRIPT)
         return evalsha(client, SCRIPT_SHA, keys, args)
+
+
+def run_settle(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    try:
+        return evalsha(client, SETTLE_SHA, keys, args)
+    except NoScriptError:
+        client.script_load(SETTLE_SCRIPT)
+        return evalsha(client, SETTLE_SHA, keys, args)
+
+
+async def arun_settle(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    try:
+        return await client.evalsha(SETTLE_SHA, len(keys), *keys, *args)
+    except NoScriptError:
+        await client.script_load(SETTLE_SCRIPT)
+        return await client.evalsha(SETTLE_SHA, len(keys), *keys, *args)
 
 
 async def arun_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -233,6 +280,8 @@ class RedisBackend(Backend):
         token = _token_for(specs)
         try:
             reply = run_script(self.get_client(), keys, script_args(specs, cost, least, max_wait, token))
+            if reply[0] == MISS and missed(reply, specs):  # (nothing was written)
+                reply = run_script(self.get_client(), keys, script_args(specs, cost, least, max_wait, token))
         except _STORE_ERRORS as exc:
             raise self._failed(breaker, exc) from exc
         if breaker is not None:
@@ -267,6 +316,8 @@ class RedisBackend(Backend):
                 except NoScriptError:
                     await mux.once("SCRIPT", "LOAD", SCRIPT)  # one load for every caller that met NOSCRIPT meanwhile
                     reply = await mux.execute(*command)
+            if reply[0] == MISS and missed(reply, specs):  # (nothing was written)
+                reply = await arun_script(client, keys, script_args(specs, cost, least, max_wait, token))
         except _STORE_ERRORS as exc:
             failed = self._failed(breaker, exc)
             if breaker is not None and breaker.state != CLOSED:  # decisions queued for a connection: now
@@ -280,6 +331,44 @@ class RedisBackend(Backend):
         if breaker is not None:
             breaker.success()
         return self._outcome(reply, specs, cost, least, max_wait, token)
+
+    def settle(self, specs: Sequence[LimitSpec], delta: int, at: int) -> int:
+        keys = [*map(_key_of, specs)]
+        breaker = self._breaker(keys)
+        try:
+            reply = run_settle(self.get_client(), keys, settle_args(specs, delta, at))
+            if reply[0] == MISS:  # a quota's boundaries around the store's time, once more
+                for spec in specs:
+                    if spec.algorithm == QUOTA:
+                        spec.calendar.moved(reply[1])
+                reply = run_settle(self.get_client(), keys, settle_args(specs, delta, at))
+        except _STORE_ERRORS as exc:
+            raise self._failed(breaker, exc) from exc
+        if breaker is not None:
+            breaker.success()
+        return int(reply[1])
+
+    async def asettle(self, specs: Sequence[LimitSpec], delta: int, at: int) -> int:
+        keys = [*map(_key_of, specs)]
+        try:
+            client = self.get_async_client() if self.get_async_client else None
+        except _STORE_ERRORS as exc:
+            raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+        if client is None:
+            return await super().asettle(specs, delta, at)
+        breaker = self._breaker(keys)
+        try:
+            reply = await arun_settle(client, keys, settle_args(specs, delta, at))
+            if reply[0] == MISS:
+                for spec in specs:
+                    if spec.algorithm == QUOTA:
+                        spec.calendar.moved(reply[1])
+                reply = await arun_settle(client, keys, settle_args(specs, delta, at))
+        except _STORE_ERRORS as exc:
+            raise self._failed(breaker, exc) from exc
+        if breaker is not None:
+            breaker.success()
+        return int(reply[1])
 
     def read_tats(self, keys: Sequence[str]) -> list[int | None]:
         try:
@@ -302,6 +391,9 @@ class RedisBackend(Backend):
                     states.append(None)
                 elif spec.algorithm == GCRA:
                     states.append(int(value))
+                elif spec.algorithm == QUOTA:
+                    start, used = (int(part) for part in value.split(b":"))
+                    states.append((start, used))
                 else:
                     start, cur, prev = (int(part) for part in value.split(b":"))
                     states.append((start, cur, prev))

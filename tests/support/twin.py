@@ -49,3 +49,27 @@ def assert_stored(client, keys, limits, states: list, writes) -> None:
             assert stored == (tuple(sorted(states[i])) or None)
         else:
             assert stored == states[i]
+
+
+def clocked_settle_script() -> str:
+    """The shipped settle script with its one TIME call replaced, as ``clocked_script``."""
+    from django_gcra.backends.redis import SETTLE_SCRIPT
+
+    assert SETTLE_SCRIPT.count(CLOCK_LINE) == 1
+    return SETTLE_SCRIPT.replace(CLOCK_LINE,
+                                 "local t = {ARGV[#ARGV - 1], ARGV[#ARGV]}; ARGV[#ARGV] = nil; ARGV[#ARGV] = nil")
+
+
+class FakeCalendar:
+    """Period starts on a grid of uneven lengths (as days across DST changes, or months):
+    ``around(now, shift)`` gives the four starts the script is sent, the store's ``now``
+    in the first, second or third period of them (``shift`` -1, 0, 1)."""
+
+    def __init__(self, origin: int, lengths: list[int]) -> None:
+        self.starts = [origin - 10 * sum(lengths)]
+        for length in lengths * 300:
+            self.starts.append(self.starts[-1] + length)
+
+    def around(self, now: int, shift: int = 0) -> tuple[int, int, int, int]:
+        i = max(k for k, s in enumerate(self.starts) if s <= now) + shift
+        return tuple(self.starts[i - 1:i + 3])  # type: ignore[return-value]

@@ -174,3 +174,41 @@ def pace_times(redis_url: str, gcra: dict, policy: str, descriptors: dict, start
     for c in clients:
         c.close()
     return first, starts, refused[0], waited[0]
+
+
+def reserve_and_settle(redis_url: str, gcra: dict, policy: str, descriptors: dict, start_at: float, duration: float,
+                       seed: int, max_calls: int = 20_000) -> tuple[int, int, int, int]:
+    """Reserve one unit (``decide``) and settle it to 0 (a refund: ``count_when`` false) or
+    to 1 (kept), at random, from ``start_at`` for ``duration`` seconds. A counter in the
+    store follows what is outstanding (reserved and not refunded, or kept): incremented
+    right after each admission, decremented right before each refund, so it never reads
+    more than the limiter really has out. Return (admitted, kept, the counter's largest
+    value this process saw, calls)."""
+    import random
+
+    import redis
+
+    setup_django(redis_url, gcra)
+    from django_gcra import decide
+
+    rng = random.Random(seed)
+    counter = redis.Redis.from_url(redis_url)
+    decide(policy, descriptors, cost=0)  # connect and load the script before the clock starts
+    counts = {"admitted": 0, "kept": 0, "most": 0}
+
+    def once() -> bool:
+        decision = decide(policy, descriptors)
+        if not decision.allowed:
+            return False
+        counts["admitted"] += 1
+        counts["most"] = max(counts["most"], int(counter.incr("outstanding")))
+        if rng.random() < 0.05:
+            decision.settle(1)
+            counts["kept"] += 1
+        else:
+            counter.decr("outstanding")
+            decision.settle(0)
+        return True
+
+    _, calls, _, _ = timed_loop(once, start_at, duration, max_calls)
+    return counts["admitted"], counts["kept"], counts["most"], calls

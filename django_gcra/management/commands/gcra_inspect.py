@@ -6,13 +6,14 @@ apply, as in a decision."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_gcra import catalog
-from django_gcra.algorithm import GCRA, composite
+from django_gcra.algorithm import GCRA, QUOTA, composite
 from django_gcra.backends import BackendError
 from django_gcra.limiter import backend_for, plan
 
@@ -67,10 +68,17 @@ class Command(BaseCommand):
         for i, (planned, spec) in enumerate(zip(p.limits, p.specs, strict=True)):
             assert outcome is not None  # there are specs
             state = states[i]
-            a = spec.period if spec.algorithm else spec.interval
+            quota = None
+            if spec.algorithm == QUOTA:  # its use in the period that holds the store's now
+                a: Any = spec.calendar.bounds_for(outcome.now)
+                used = state[1] if state is not None and state[0] == a[1] else 0
+                quota = {"used": used, "quota": spec.burst, "period": spec.calendar.period, "tz": spec.calendar.tz,
+                         "period_start": _iso(a[1], spec.calendar.zone), "period_end": _iso(a[2], spec.calendar.zone)}
+            else:
+                a = spec.period if spec.algorithm else spec.interval
             nxt = composite([state], outcome.now, [(spec.algorithm, a, spec.burst, True)], cost)
             tat = state if spec.algorithm == GCRA else None
-            rows.append({
+            rows.append({"quota": quota,
                 "limit": planned.limit.name, "key": spec.key, "rate": str(planned.rate), "burst": planned.burst,
                 "algorithm": planned.limit.algorithm, "mode": planned.mode, "tat": tat,
                 "state": None if spec.algorithm == GCRA or state is None else list(state),
@@ -92,6 +100,9 @@ class Command(BaseCommand):
         if not result["limits"]:
             self.stdout.write("no limit applies to these descriptors")
         for row in result["limits"]:
+            if row["quota"] is not None:
+                self._quota_row(row)
+                continue
             if row["algorithm"] != "gcra":
                 self._sliding_row(row)
                 continue
@@ -102,6 +113,16 @@ class Command(BaseCommand):
                 f"    key         {row['key']}\n    stored TAT  {tat}\n"
                 f"    remaining   {row['remaining']}\n    reset in    {row['reset_after_s']:.3f}s\n"
                 f"    retry-after {retry}")
+
+    def _quota_row(self, row: dict[str, Any]) -> None:
+        q = row["quota"]
+        retry = "never (cost > quota)" if row["retry_after_s"] is None else f"{row['retry_after_s']:.3f}s"
+        self.stdout.write(
+            f"- {row['limit']} [{row['mode']}] quota {q['quota']} per {q['period']} ({q['tz']})\n"
+            f"    key         {row['key']}\n"
+            f"    period      {q['period_start']} to {q['period_end']}\n"
+            f"    used        {q['used']} of {q['quota']}\n    remaining   {row['remaining']}\n"
+            f"    retry-after {retry}")
 
     def _sliding_row(self, row: dict[str, Any]) -> None:
         state = row["state"]
@@ -117,3 +138,7 @@ class Command(BaseCommand):
             f"    key         {row['key']}\n    stored      {held}\n"
             f"    remaining   {row['remaining']}\n    next unit in {row['reset_after_s']:.3f}s\n"
             f"    retry-after {retry}")
+
+
+def _iso(us: int, zone: Any) -> str:
+    return datetime.datetime.fromtimestamp(us / 1e6, zone).isoformat()

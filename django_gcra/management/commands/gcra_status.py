@@ -33,6 +33,9 @@ class Command(BaseCommand):
                 rates = ", ".join(str(r) if t is None else f"{t}: {r}" for t, r in limit.rates.items())
                 burst = limit.burst if limit.burst is not None else "= rate count"
                 shape = f"burst {burst}" if not limit.sliding else f"{limit.algorithm}: N per rolling period"
+                if limit.calendar is not None:
+                    rates = ", ".join(str(r.count) if t is None else f"{t}: {r.count}" for t, r in limit.rates.items())
+                    shape = f"quota per calendar {limit.calendar.period} ({limit.calendar.tz})"
                 self.stdout.write(f"  - {limit.name} [{policy.mode_of(limit)}] key {'+'.join(limit.key)}: {rates}, "
                                   f"{shape}")
         self._inline()
@@ -100,6 +103,9 @@ class Command(BaseCommand):
                 rates = ", ".join(rate_text(r) for r in limit.rates.values())
                 burst = limit.burst if limit.burst is not None else "= rate count"
                 shape = f"burst {burst}" if not limit.sliding else limit.algorithm
+                if limit.calendar is not None:
+                    rates = ", ".join(str(r.count) for r in limit.rates.values())
+                    shape = f"quota per {limit.calendar.period}"
                 found.append((policy, limit, f"{rates}, {shape}"))
         return found
 
