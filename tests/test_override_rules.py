@@ -37,7 +37,7 @@ HOSTILE = [
     ({"burst": 2**40}, "burst", REFILL),
     ({"rate": "1000/s", "burst": 2**43}, "burst", REFILL),
     ({"rate": "1/d", "burst": 2**20}, "burst", REFILL),  # (a burst any database's integer column holds)
-    ({"quota": 10**13}, "quota", "from 1 to 1,000,000,000,000"),
+    ({"quota": 2**41}, "quota", "from 1 to 1,099,511,627,776"),
     ({"quota": 1000}, "quota", "is a gcra limit, not a calendar quota"),
     ({"policy": "exports", "limit": "log", "burst": 9}, "burst", "sliding_log limit: it takes no burst"),
     ({"policy": "exports", "limit": "log", "rate": "20000/h"}, "rate", "the most is 10,000"),
