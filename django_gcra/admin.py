@@ -66,7 +66,7 @@ class ActiveFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() == "yes":
-            return queryset.in_force()  # type: ignore[attr-defined]
+            return queryset.in_force()
         if self.value() == "expired":
             return queryset.filter(expires_at__lte=timezone.now())
         if self.value() == "disabled":
@@ -84,7 +84,7 @@ class OverrideActiveFilter(ActiveFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() in ("yes", "broken"):  # the limiter's rule: enabled, unexpired, and runnable
             catalog.discover()
-            candidates = queryset.in_force() if self.value() == "yes" else queryset  # type: ignore[attr-defined]
+            candidates = queryset.in_force() if self.value() == "yes" else queryset
             broken = [o.pk for o in candidates if override_problem(o) is not None]
             return candidates.exclude(pk__in=broken) if self.value() == "yes" else queryset.filter(pk__in=broken)
         return super().queryset(request, queryset)

@@ -159,7 +159,7 @@ def ratelimit(policy: str | None = None, *, key: str | Iterable[str] | None = No
         def resolve() -> Policy:
             if policy is not None:
                 return get_policy(policy)
-            return inline_policy(policy_name, keys, rate, burst, mode, on_failure,  # type: ignore[arg-type]
+            return inline_policy(policy_name, keys, rate, burst, mode, on_failure,
                                  algorithm)
 
         def skipped(request: HttpRequest) -> bool:

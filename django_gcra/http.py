@@ -134,7 +134,7 @@ def _denied(request: HttpRequest, decision: Decision) -> HttpResponseBase | Awai
     path = get_settings().denied_view
     if not path:
         return too_many_requests(decision, request)
-    return _denied_view(path)(request, decision)  # type: ignore[no-any-return]
+    return _denied_view(path)(request, decision)
 
 
 def denied_response(request: HttpRequest, decision: Decision) -> HttpResponseBase:

@@ -232,8 +232,8 @@ def install(api: Any) -> Any:
         if isinstance(decision, Decision) and not decision.allowed:
             return denied_response(request, decision)
         if default is not None:
-            return default(request, exc)  # type: ignore[no-any-return]
-        return api.create_response(request, {"detail": str(exc)}, status=exc.status_code)  # type: ignore[no-any-return]
+            return default(request, exc)
+        return api.create_response(request, {"detail": str(exc)}, status=exc.status_code)
 
     api.add_exception_handler(Throttled, throttled)
     if hasattr(api, "add_decorator"):

@@ -275,7 +275,7 @@ def overloaded_response(retry_after: int) -> HttpResponse:
     # Django logs every 5xx to django.request at ERROR (AdminEmailHandler builds a report
     # for each, and mails ADMINS): shed requests are counted and logged by the shedder
     # instead, once per LOG_INTERVAL. This is the mark Django's log_response sets itself.
-    response._has_been_logged = True  # type: ignore[attr-defined]
+    response._has_been_logged = True
     return response
 
 
@@ -362,7 +362,7 @@ class LoadSheddingMiddleware:
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         slot = _admit(request)
         if slot is _EXEMPT:
-            return await self.get_response(request)  # type: ignore[no-any-return]
+            return await self.get_response(request)
         if not isinstance(slot, Slot):
             return overloaded_response(get_settings().shedding.retry_after)
         try:

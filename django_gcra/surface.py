@@ -99,7 +99,7 @@ def record(request: HttpRequest, decision: Decision) -> Decision:
     a route and a decorator) it holds the most restrictive decision."""
     current = getattr(request, "ratelimit", None)
     if not isinstance(current, Decision) or _restrictive(decision) < _restrictive(current):
-        request.ratelimit = decision  # type: ignore[attr-defined]
+        request.ratelimit = decision
     return decision
 
 
@@ -110,7 +110,7 @@ def _restrictive(decision: Decision) -> tuple[bool, float, int]:
 def not_limited(request: HttpRequest, policy: str) -> None:
     """A request a surface does not limit (a method it skips) still gets ``request.ratelimit``."""
     if not isinstance(getattr(request, "ratelimit", None), Decision):
-        request.ratelimit = Decision(allowed=True, retry_after=0.0, remaining=0, limit="",  # type: ignore[attr-defined]
+        request.ratelimit = Decision(allowed=True, retry_after=0.0, remaining=0, limit="",
                                      policy=policy, cost=0)
 
 

@@ -150,7 +150,7 @@ class _SetUpMixin:
         # No wall-clock timeout while a connection is set up (the FairTimer bounds it);
         # a set-up connection gets ``read_timeout`` for its round trips.
         kwargs.update(socket_timeout=None, socket_connect_timeout=None, **_NO_SETINFO)
-        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        super().__init__(*args, **kwargs)
         self.setup_timeout, self.read_timeout = setup_timeout, read_timeout
         self.on_setup_failure = on_setup_failure
         self._waiters: deque[asyncio.Future[Any]] = deque()
