@@ -36,14 +36,51 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .conf import get_settings
+from .rates import Rate
 
-if TYPE_CHECKING:
-    from .decision import Decision, LimitState
+__all__ = ["Decided", "LimitState", "enforced_binding", "quota_headers", "retry_after_header"]
 
-__all__ = ["enforced_binding", "quota_headers", "retry_after_header"]
+
+class LimitState(Protocol):
+    """What the headers read of one evaluated limit (``decision.LimitState``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def rate(self) -> Rate: ...
+    @property
+    def burst(self) -> int: ...
+    @property
+    def remaining(self) -> int: ...
+    @property
+    def reset_after(self) -> float: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def algorithm(self) -> str: ...
+
+
+class Decided(Protocol):
+    """What the headers read of a decision (``decision.Decision``; described here, so this
+    module, which the decision renders itself with, does not import it)."""
+
+    @property
+    def allowed(self) -> bool: ...
+    @property
+    def retry_after(self) -> float: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def blocked(self) -> bool: ...
+    @property
+    def limits(self) -> Sequence[LimitState]: ...
+    @property
+    def impossible(self) -> bool: ...
+    @property
+    def binding(self) -> LimitState | None: ...
 
 
 def retry_after_header(retry_after: float) -> str:
@@ -67,7 +104,7 @@ def _sf_string(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def enforced_binding(decision: Decision) -> tuple[LimitState | None, Sequence[LimitState]]:
+def enforced_binding(decision: Decided) -> tuple[LimitState | None, Sequence[LimitState]]:
     """The limit a client is told about, and every enforced limit: on a denial the
     denying limit, else the enforced one with the least remaining; (None, ()) when no
     enforced limit was evaluated."""
@@ -81,7 +118,7 @@ def enforced_binding(decision: Decision) -> tuple[LimitState | None, Sequence[Li
     return min(enforced, key=lambda s: s.remaining), enforced
 
 
-def quota_headers(decision: Decision, style: str | Sequence[str] | None = None) -> dict[str, str]:
+def quota_headers(decision: Decided, style: str | Sequence[str] | None = None) -> dict[str, str]:
     """The quota headers for ``decision`` and, on a denial, ``Retry-After``; ``style``: one
     style or several (default: the ``HEADERS`` setting)."""
     styles = get_settings().headers if style is None else (style,) if isinstance(style, str) else tuple(style)

@@ -17,7 +17,7 @@ import asyncio
 import functools
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import redis
 import redis.cluster
@@ -26,6 +26,7 @@ from django.conf import settings as django_settings
 from . import leases
 from .backends import Backend
 from .backends import clock as test_clock
+from .backends.base import KeptPlan
 from .backends.breaker import CLOSED, CircuitBreaker, _breakers, breaker_for
 from .backends.clients import Timeouts, build_async_client, build_sync_client, endpoint_name
 from .backends.cluster import node_of
@@ -36,11 +37,16 @@ from .backends.redis import RedisBackend
 from .conf import generation, get_settings, on_change
 from .policy import Policy
 
-if TYPE_CHECKING:
-    from .plan import Plan
-
 __all__ = ["backend_for", "backend_for_plan", "cache_connection", "clocked_backend", "deciding_backend", "endpoint_for",
            "in_event_loop", "limiter_async_client", "limiter_client", "read_guarded", "store_backend"]
+
+
+class StoredPlan(KeptPlan, Protocol):
+    """What ``backend_for_plan`` reads of a plan and keeps on it (``plan.Plan``)."""
+
+    policy: Policy
+    backend_generation: int
+
 
 _lock = threading.Lock()
 _sync: dict[str, Any] = {}
@@ -204,7 +210,7 @@ def _built_for(policy: Policy) -> tuple[Policy, int, Backend]:
     return found
 
 
-def backend_for_plan(p: Plan) -> Backend:
+def backend_for_plan(p: StoredPlan) -> Backend:
     """``backend_for(p.policy)``, kept on the plan for the next decision of a memoized plan
     (``p.backend``, read in ``limiter``: valid while ``leases.generation`` is
     ``p.backend_generation``, the one the backend was built in). A leased policy's plan

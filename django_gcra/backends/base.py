@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from asgiref.sync import sync_to_async
 
@@ -13,6 +13,16 @@ from ..algorithm import ALLOWED, GCRA
 
 class BackendError(Exception):
     """The store could not answer (connection refused, timeout, cluster error...)."""
+
+
+class KeptPlan(Protocol):
+    """What the lease wrapper reads of a memoized plan and keeps on it (``plan.Plan``): its
+    specs and cost, its leased key's heat and the backend that counted it."""
+
+    specs: tuple[LimitSpec, ...]
+    cost: int
+    heat: int
+    backend: Any
 
 
 class LimitSpec(NamedTuple):

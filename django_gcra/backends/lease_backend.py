@@ -56,15 +56,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..algorithm import DENIED
 from . import meanwhile, prefetchers
-from .base import Backend, BackendError, LimitSpec, Outcome
+from .base import Backend, BackendError, KeptPlan, LimitSpec, Outcome
 from .key_lease import Ahead, Held, KeyLease, LeaseStats, Served, admitted, counted, held_units
-
-if TYPE_CHECKING:
-    from ..plan import Plan
 
 __all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend", "forget"]
 
@@ -82,10 +79,10 @@ EVICT_FRACTION = 8  # past max_keys, the oldest 1/8 of the leases go at once (no
 
 # The memoized plans (``plan`` sets this to its memo's ``snapshot``): a plan there with a heat
 # > 0 holds the one count of its first cold decision on ``p.backend`` (``stats``).
-memoized: Callable[[], Iterable[Plan]] = tuple
+memoized: Callable[[], Iterable[KeptPlan]] = tuple
 
 
-def forget(plans: Iterable[Plan]) -> None:
+def forget(plans: Iterable[KeptPlan]) -> None:
     """Plans leaving the memo: each first cold decision counted on one of them is counted by
     its wrapper now, and the plan counts no more heat (``heat`` -1: a decision still made
     on it is counted by the wrapper). Each plan's swap is atomic under the GIL, as is the
@@ -330,7 +327,7 @@ class LeasingBackend(Backend):
             if count >= hot_at:
                 armed.add(key)
 
-    def count_sent(self, p: Plan) -> None:
+    def count_sent(self, p: KeptPlan) -> None:
         """Count a decision of a plan not memoized that ``store.backend_for_plan`` sent to
         ``inner`` itself (its key without a lease, not armed), queued to run while its call
         is in flight (``meanwhile``): one direct decision, and its key's heat if leasable."""
@@ -340,7 +337,7 @@ class LeasingBackend(Backend):
             self._uncounted.append(specs[0])
             self._count_heat()
 
-    def still_cold(self, p: Plan) -> bool:
+    def still_cold(self, p: KeptPlan) -> bool:
         """``_goes_direct`` for a memoized plan, its heat counted on the plan (no dict, no
         hashing of its key): True (the decision counted) while the plan's key is cold, and
         ``store.backend_for_plan`` then decides it on ``inner`` itself. False when the plan
