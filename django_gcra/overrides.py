@@ -35,6 +35,7 @@ from .policy import Limit, Policy, is_known_descriptor
 from .rates import Rate, parse_rate
 from .rules import KINDS, NEVER, RuleSet
 from .store import cache_connection, in_event_loop, read_guarded
+from .worker import Worker, after_fork
 
 __all__ = ["apply_override", "cache", "invalidate", "load_access", "version_key"]
 
@@ -81,8 +82,14 @@ class OverrideCache:
         self.next_check = 0.0  # monotonic
         self.failing = False
         self.generation = self.loaded_generation = 0  # expire() moves the first; a load takes it
+        self.worker = Worker("overrides", self._refresh_step, first=None)
+        self.forget_locks()
+
+    def forget_locks(self) -> None:
+        """Fresh locks (a forked child: a refresh in flight in its parent is not its own)."""
+        self.due_lock = threading.Lock()  # held while a lookup decides whether a refresh is due
         self.lock = threading.Lock()  # held by the one refresh in flight
-        self.idle = threading.Event()  # set while no refresh is in flight
+        self.idle = threading.Event()  # set while no refresh is asked for or in flight
         self.idle.set()
 
     def reset(self) -> None:
@@ -103,24 +110,25 @@ class OverrideCache:
     def get(self) -> Index:
         if time.monotonic() < self.next_check:
             return self.index
-        if self.lock.acquire(blocking=False):
-            if time.monotonic() < self.next_check:  # another thread's refresh just ended
-                self.lock.release()
-                return self.index
-            self.next_check = time.monotonic() + get_settings().override_refresh
-            self.idle.clear()
-            threading.Thread(target=self._refresh_in_thread, name="gcra-overrides", daemon=True).start()
+        if self.due_lock.acquire(blocking=False):
+            try:
+                if time.monotonic() >= self.next_check:  # (not another thread's refresh just asked for)
+                    self.next_check = time.monotonic() + get_settings().override_refresh
+                    self.idle.clear()
+                    self.worker.wake()
+            finally:
+                self.due_lock.release()
         if self.loaded_at is None and not self.failing and not in_event_loop():
             self.idle.wait(get_settings().timeout)  # a process's first load: bounded by TIMEOUT
         return self.index
 
-    def _refresh_in_thread(self) -> None:
+    def _refresh_step(self) -> None:
         try:
-            self.refresh()
+            with self.lock:
+                self.refresh()
         finally:
-            self.lock.release()
             self.idle.set()
-            connections.close_all()  # this thread's own connections
+            connections.close_all()  # the worker's own connections
 
     def reload_now(self) -> None:
         """Reload in this thread (it just committed a change), after a refresh in flight."""
@@ -223,6 +231,7 @@ def find(index: Index, policy: str, limit: str, values: Mapping[str, str], now: 
 
 
 cache = OverrideCache()
+after_fork(cache.forget_locks)
 
 
 def apply_override(index: Index, policy: Policy, limit: Limit, values: Mapping[str, str], rate: Rate, burst: int,

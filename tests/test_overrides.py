@@ -308,4 +308,4 @@ async def test_in_an_event_loop_the_reload_runs_in_a_thread(monkeypatch):
     monkeypatch.setattr("django_gcra.overrides.load_index", load)
     decision = await adecide("api", {"tenant": "acme", "user": None})
     assert decision.limits[0].burst == 2
-    assert loaded.wait(5) and where == ["gcra-overrides"]
+    assert loaded.wait(5) and where == ["django_gcra-overrides"]
