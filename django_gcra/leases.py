@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import fields
 from typing import Any
 
-from .backends import Backend, meanwhile
+from .backends import Backend
 from .backends.lease_backend import LeaseStats, LeasingBackend
 from .conf import get_settings, on_change
 from .policy import Lease, Policy
@@ -88,7 +88,6 @@ def reset_leases() -> None:
         generation += 1
         _wrappers.clear()
         _by_policy.clear()
-        meanwhile.pending.clear()  # the forgotten wrappers' counts, queued for a write (none may come)
 
 
 @after_fork
@@ -99,7 +98,6 @@ def _forget_in_child() -> None:
     generation += 1
     _wrappers.clear()
     _by_policy.clear()
-    meanwhile.pending.clear()
 
 
 class LeaseCollector:

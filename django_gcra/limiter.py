@@ -18,8 +18,7 @@ from . import conf, leases
 from .access import acheck, check
 from .algorithm import ALLOWED
 from .backends import BackendError, Outcome
-from .backends.key_lease import Served
-from .backends.lease_backend import LeasingBackend
+from .backends.base import Served
 from .conf import get_settings
 from .decision import Decision, LimitState
 from .fallback import UNAVAILABLE, on_failure
@@ -68,7 +67,7 @@ def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, 
             outcome = backend.evaluate(p.specs, cost, wait_us)  # type: ignore[call-arg]
         # A leased key's local path first (the lease's numbers, no Outcome made); else the
         # two-argument call: every store takes it (and it is the hot path).
-        elif type(backend) is not LeasingBackend or (outcome := backend.serve(p.specs, cost)) is None:
+        elif (outcome := backend.serve(p.specs, cost)) is None:
             outcome = backend.evaluate(p.specs, cost)
     except BackendError as exc:
         return _finish(p, on_failure(p, exc), request, fallback=True)
@@ -94,7 +93,7 @@ async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: in
         backend = p.backend if p.backend_generation == leases.generation else backend_for_plan(p)
         if wait_us:
             outcome = await backend.aevaluate(p.specs, cost, wait_us)
-        elif type(backend) is not LeasingBackend or (outcome := backend.serve(p.specs, cost, True)) is None:
+        elif (outcome := backend.serve(p.specs, cost, True)) is None:
             outcome = await backend.aevaluate(p.specs, cost)
     except BackendError as exc:
         return _finish(p, on_failure(p, exc), request, fallback=True)

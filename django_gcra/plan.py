@@ -14,7 +14,7 @@ from typing import Any
 
 from . import conf, overrides, regions
 from .algorithm import ALGORITHMS, CONCURRENCY, GCRA, QUOTA, SLIDING_LOG, SLIDING_WINDOW
-from .backends import LimitSpec, lease_backend
+from .backends import LimitSpec
 from .conf import get_settings, on_change
 from .keys import build_key, escape
 from .policy import Concurrency, Limit, Policy
@@ -64,12 +64,12 @@ class PlannedSlot:
 
 class Plan:
     """What one decision will ask of the backend: the rate limits' specs first, then the
-    concurrency limits' (``slots``). Immutable by convention, but for what a memoized plan
-    keeps for its next decision (its backend, a leased policy's heat). A class with slots, not a
+    concurrency limits' (``slots``). Plain data, immutable by convention but for the backend
+    a memoized plan keeps for its next decision (``store.backend_for_plan``). A class with slots, not a
     named tuple: a memoized plan is read a dozen times per decision, and reading a slot
     costs a third of reading a named tuple's field."""
 
-    __slots__ = ("backend", "backend_generation", "cost", "counted", "descriptors", "heat", "limits", "policy",
+    __slots__ = ("backend", "backend_generation", "cost", "counted", "descriptors", "limits", "policy",
                  "slots", "specs")
 
     def __init__(self, policy: Policy, cost: int, limits: tuple[PlannedLimit, ...], specs: tuple[LimitSpec, ...],
@@ -83,10 +83,6 @@ class Plan:
         # two slots, not a tuple: no object kept per plan for the garbage collector to scan).
         self.backend: Any = None
         self.backend_generation = -1
-        # A leased policy's cold key counts its store decisions here, with the lease
-        # wrapper's heat window, once the plan is memoized (PlanMemo.put sets 0; -1: counted
-        # by the wrapper); > 0: the plan holds the count of its first one (LeasingBackend.still_cold).
-        self.heat = -1
 
     def __repr__(self) -> str:
         return f"Plan(policy={self.policy.name!r}, cost={self.cost}, specs={self.specs!r})"
@@ -118,16 +114,12 @@ class PlanMemo:
                 return p
             self.clear()
             self.next_refill = now + self.refill_after
-        p.heat = 0  # a memoized plan counts its own heat (LeasingBackend.still_cold)
         while (kept := self.plans.setdefault(key, p)) is not p and kept.policy is not p.policy:
-            gone = self.plans.pop(key, None)  # another Policy object's plan (a policy built per call)
-            if gone is not None:
-                lease_backend.forget((gone,))
+            self.plans.pop(key, None)  # another Policy object's plan (a policy built per call)
         return kept
 
     def clear(self) -> None:
-        dropped, self.plans = self.plans, {}  # (no put reaches the dropped dict after this)
-        lease_backend.forget(dropped.values())
+        self.plans = {}
 
     def snapshot(self) -> list[Plan]:
         return list(self.plans.values())
@@ -156,7 +148,6 @@ def stored_keys(pol: Policy, values: Mapping[str, str], limits: Sequence[Limit |
 
 
 _plans = PlanMemo()
-lease_backend.memoized = _plans.snapshot  # where the leases count their plans' first decisions
 on_change(_plans.clear)
 regions.state.listeners.append(_plans.clear)  # new shares: new specs
 

@@ -26,13 +26,9 @@ from django.conf import settings as django_settings
 from . import leases
 from .backends import Backend
 from .backends import clock as test_clock
-from .backends.base import KeptPlan
 from .backends.breaker import CLOSED, CircuitBreaker, _breakers, breaker_for
 from .backends.clients import Timeouts, build_async_client, build_sync_client, endpoint_name
 from .backends.cluster import node_of
-from .backends.lease_backend import LeasingBackend
-from .backends.meanwhile import later
-from .backends.meanwhile import pending as meanwhile_pending
 from .backends.redis import RedisBackend
 from .conf import generation, get_settings, on_change
 from .policy import Policy
@@ -41,10 +37,11 @@ __all__ = ["backend_for", "backend_for_plan", "cache_connection", "clocked_backe
            "in_event_loop", "limiter_async_client", "limiter_client", "read_guarded", "store_backend"]
 
 
-class StoredPlan(KeptPlan, Protocol):
+class StoredPlan(Protocol):
     """What ``backend_for_plan`` reads of a plan and keeps on it (``plan.Plan``)."""
 
     policy: Policy
+    backend: Any
     backend_generation: int
 
 
@@ -213,37 +210,13 @@ def _built_for(policy: Policy) -> tuple[Policy, int, Backend]:
 def backend_for_plan(p: StoredPlan) -> Backend:
     """``backend_for(p.policy)``, kept on the plan for the next decision of a memoized plan
     (``p.backend``, read in ``limiter``: valid while ``leases.generation`` is
-    ``p.backend_generation``, the one the backend was built in). A leased policy's plan
-    whose key is still cold is decided on the store itself, and is not kept
-    (``LeasingBackend.still_cold``)."""
+    ``p.backend_generation``, the one the backend was built in)."""
     policy = p.policy
     found = _for_policy.get(id(policy))  # backend_for, inline
     if found is None or found[0] is not policy or found[1] != leases.generation:
         found = _built_for(policy)
-    backend = found[2]
-    if type(backend) is LeasingBackend:  # a cold key: one store call, and the plan's next decision asks again
-        heat = p.heat
-        if heat < 0 and backend._deferring and not meanwhile_pending:
-            # A plan not memoized (the memo full, or overrides) whose key holds no lease and is
-            # not armed: LeasingBackend.still_cold, inline, its count queued for the write of
-            # its own call (LeasingBackend.count_sent). It costs what an unleased decision does.
-            key = p.specs[0].key
-            keys, armed = backend._keys, backend._armed
-            if not (keys and key in keys) and not (armed and key in armed):
-                p.backend = backend
-                later(p)
-                return backend.inner
-        elif not heat and (first := backend.first_heat):
-            # A memoized plan's first decision is cold, whatever it asks: LeasingBackend.still_cold,
-            # inline, and counted by the plan's heat alone (tested and set with no call between:
-            # atomic against lease_backend.forget). It costs what an unleased decision does.
-            p.heat, p.backend = first, backend
-            return backend.inner
-        if backend.still_cold(p):
-            return backend.inner
-    p.backend = backend
-    p.backend_generation = found[1]
-    return backend
+    p.backend, p.backend_generation = found[2], found[1]
+    return found[2]
 
 
 def in_event_loop() -> bool:

@@ -16,7 +16,7 @@ from django_gcra.algorithm import ALLOWED, DENIED, gcra_composite
 from django_gcra.backends import BackendError, LimitSpec
 from django_gcra.backends.lease_backend import HOT_AFTER
 from django_gcra.backends.memory import MemoryBackend
-from django_gcra.leases import LeasingBackend, lease_stats, leasing_backend, reset_leases
+from django_gcra.leases import LeasingBackend, lease_stats, leasing_backend
 from django_gcra.limiter import backend_for, get_policy
 from tests.support.lease_workers import lease_hammer
 
@@ -479,35 +479,15 @@ def test_backend_for_wraps_only_leased_policies(gcra_settings):
     assert leasing_backend(plain, get_policy("plain")) is plain
 
 
-def test_cold_keys_of_memoized_plans_are_counted_on_the_plans(gcra_settings):
+def test_cold_keys_go_to_the_store_one_call_each_until_hot(gcra_settings):
     gcra_settings(POLICIES={"leased": lease_policy()})
     for i in range(50):
         for _ in range(HOT_AFTER - 1):
             assert decide("leased", {"ip": f"cold{i}"}).allowed  # 50 keys, each still cold
     wrapper, stats = backend_for(get_policy("leased")), lease_stats()["leased"]
     assert (stats.decisions, stats.store_calls, stats.leased_units, wrapper.held_keys()) == (100, 100, 0, 0)
-    assert wrapper._heat == {}  # no key hashed into the wrapper's own count
     decide("leased", {"ip": "cold7"})  # its HOT_AFTER-th: leased
     assert wrapper.held_keys() == 1 and lease_stats()["leased"].held_units == 9
-
-
-def test_first_decisions_counted_on_plans_are_handed_over_when_the_memo_empties(gcra_settings, monkeypatch):
-    from django_gcra import limiter
-    from django_gcra.plan import _plans, plan
-
-    gcra_settings(POLICIES={"leased": lease_policy()})
-    for i in range(20):
-        decide("leased", {"ip": f"c{i}"})  # each key's first decision, counted on its memoized plan alone
-    held = plan("leased", {"ip": "late"})  # memoized and not yet decided: as a thread may hold it
-    assert lease_stats()["leased"].decisions == 20
-    _plans.clear()  # a refill or a reload: the plans' counts go to the wrapper
-    assert lease_stats()["leased"].decisions == 20 and held.heat == -1
-    monkeypatch.setattr(limiter, "plan", lambda *args: held)  # the held plan decided after all
-    decide("leased", {"ip": "late"})
-    monkeypatch.undo()
-    decide("leased", {"ip": "c0"})  # a new memoized plan: its first decision, on the plan again
-    stats = lease_stats()["leased"]
-    assert (stats.decisions, stats.store_calls) == (22, 22)
 
 
 def test_a_plan_replaced_in_the_memo_hands_its_first_decision_over(gcra_settings):
@@ -517,19 +497,6 @@ def test_a_plan_replaced_in_the_memo_hands_its_first_decision_over(gcra_settings
     decide("leased", {"ip": "x"})
     decide(replace(get_policy("leased")), {"ip": "x"})  # an equal Policy object: same wrapper, a new plan
     assert lease_stats()["leased"].decisions == 2
-
-
-def test_a_plan_forgotten_during_its_cold_decision_is_still_counted(gcra_settings, store, clock):
-    from django_gcra.backends.lease_backend import forget
-    from django_gcra.plan import plan
-
-    gcra_settings(POLICIES={"leased": lease_policy()})
-    p = plan("leased", {"ip": "f"})  # memoized, never decided
-    backend = LeasingBackend(store, 10, 1.0, clock=lambda: clock.t)
-    leasable = backend._leasable
-    backend._leasable = lambda specs, cost: (forget([p]), leasable(specs, cost))[1]  # the memo empties meanwhile
-    assert backend.still_cold(p) and p.heat == -1
-    assert backend.stats().decisions == 1
 
 
 def test_threads_deciding_while_the_memo_empties_lose_no_count(gcra_settings):
@@ -561,31 +528,17 @@ def test_threads_deciding_while_the_memo_empties_lose_no_count(gcra_settings):
     assert stats.decisions == 1200  # every decision counted once: on its plan, or by the wrapper
 
 
-def test_counts_on_a_plan_from_a_window_that_has_ended_never_make_it_hot(gcra_settings, store, clock):
-    from django_gcra.plan import plan
-
-    gcra_settings(POLICIES={"leased": lease_policy()})
-    p = plan("leased", {"ip": "w"})
-    backend = LeasingBackend(store, 10, 1.0, clock=lambda: clock.t)  # hot_after 3
-    assert backend.still_cold(p) and backend.still_cold(p)
-    clock.t += 1.01  # the window has ended
-    assert backend.still_cold(p)  # the third, but the first of a new window
-    assert backend.still_cold(p)
-    assert not backend.still_cold(p) and backend.held_keys() == 1  # the third within it: hot, its lease made
-    other = LeasingBackend(store, 10, 1.0, clock=lambda: clock.t)  # counts of another wrapper (a reset) are void
-    assert other.still_cold(p) and other.still_cold(p) and not other.still_cold(p)
-    assert backend.stats().decisions == 4 and store.calls == 0  # counted; the store call is the caller's
-
-
-def test_plans_a_lease_cannot_answer_are_left_to_the_wrapper(gcra_settings, store, clock):
-    from django_gcra.plan import plan
-
+def test_decisions_a_lease_cannot_answer_go_to_the_store_and_never_make_a_key_hot(gcra_settings):
     shadow = {"name": "s", "key": ["ip"], "rate": "50/s", "burst": 50, "mode": "shadow"}
     gcra_settings(POLICIES={"leased": lease_policy(burst=50), "shadow": lease_policy(limits=[shadow])})
-    backend = LeasingBackend(store, 10, 1.0, clock=lambda: clock.t)
-    for p in (plan("leased", {"ip": "a"}, cost=0), plan("leased", {"ip": "a"}, cost=51), plan("shadow", {"ip": "a"})):
-        assert not backend.still_cold(p)  # the wrapper's evaluate sends them to the store
-    assert backend.stats().decisions == 0
+    for _ in range(2 * HOT_AFTER):
+        assert decide("leased", {"ip": "a"}, cost=0).allowed  # a peek
+        assert not decide("leased", {"ip": "a"}, cost=51).allowed  # above the burst
+        assert decide("shadow", {"ip": "a"}).allowed  # a shadow limit
+    for name in ("leased", "shadow"):
+        stats = lease_stats()[name]
+        assert stats.store_calls == stats.decisions and stats.leased_units == 0 and stats.held_units == 0
+    assert lease_stats()["leased"].decisions == 4 * HOT_AFTER
 
 
 def test_a_key_whose_plan_is_not_memoized_is_counted_by_the_wrapper(gcra_settings, monkeypatch):
@@ -597,38 +550,6 @@ def test_a_key_whose_plan_is_not_memoized_is_counted_by_the_wrapper(gcra_setting
         assert decide("leased", {"ip": "n"}).allowed
     stats = lease_stats()["leased"]
     assert (stats.store_calls, stats.leased_units, stats.local) == (HOT_AFTER, 10, 5)
-
-
-def test_heat_that_no_write_counts_is_counted_by_the_next_decision_and_queued_once(gcra_settings, monkeypatch):
-    from django_gcra.backends import meanwhile
-    from django_gcra.plan import _plans
-
-    gcra_settings(POLICIES={"leased": lease_policy()})
-    monkeypatch.setattr(_plans, "size", 0)
-    meanwhile.pending.clear()  # fakeredis: no write of ours runs the queue
-    for i in range(10):  # ten cold keys, once each
-        assert decide("leased", {"ip": f"k{i}"}).allowed
-    wrapper = backend_for(get_policy("leased"))
-    assert meanwhile.pending == [wrapper._count_later]  # queued once, however many decisions wait for it
-    assert len(wrapper._uncounted) == 1  # the last one's: each decision counts what is queued first
-    for i in range(10, 50):
-        assert decide("leased", {"ip": f"k{i % 10}"}).allowed
-    stats = lease_stats()["leased"]  # each key leased at its HOT_AFTER-th store decision
-    assert (stats.store_calls, stats.leased_units, stats.local) == (10 * HOT_AFTER, 10 * 10, 10 * (5 - HOT_AFTER))
-    assert not meanwhile.pending and wrapper._uncounted == []
-    a, b = plan_specs("leased", "a", "b")
-    assert decide("leased", {"ip": "a"}).allowed  # as if a write had counted: only the plan's count queued
-    assert wrapper._uncounted == [] and [q.specs for q in meanwhile.pending] == [(a,)]
-    assert decide("leased", {"ip": "b"}).allowed  # no write counted "a": it is counted first, "b" left
-    assert wrapper._heat[a.key] == 1 and wrapper._uncounted == [b]
-    reset_leases()  # the wrapper forgotten: so is its count queued for a write that may never come
-    assert not meanwhile.pending
-
-
-def plan_specs(policy: str, *ips: str) -> list[LimitSpec]:
-    from django_gcra.plan import plan
-
-    return [plan(policy, {"ip": ip}).specs[0] for ip in ips]
 
 
 def test_a_plan_not_memoized_is_leased_at_once_with_hot_after_1(gcra_settings, monkeypatch):
@@ -643,29 +564,14 @@ def test_a_plan_not_memoized_is_leased_at_once_with_hot_after_1(gcra_settings, m
     assert (stats.store_calls, stats.leased_units, stats.local) == (1, 10, 9)
 
 
-def test_queued_work_that_fails_is_logged_and_the_rest_still_runs(caplog):
-    from django_gcra.backends import meanwhile
-
-    ran = []
-    meanwhile.later(lambda: ran.append("after"))
-    meanwhile.later(lambda: 1 / 0)
-    meanwhile.later(lambda: ran.append("before"))
-    meanwhile.run()
-    assert ran == ["before", "after"] and not meanwhile.pending
-    assert "ZeroDivisionError" in caplog.text
-
-
 def test_a_memoized_plan_keeps_its_backend_only_while_the_leases_stand(gcra_settings):
     from django_gcra import leases
     from django_gcra.plan import plan
 
     gcra_settings(POLICIES={"leased": lease_policy()})
-    decide("leased", {"ip": "1"})
-    p = plan("leased", {"ip": "1"})  # the memoized plan the decision used
-    assert p.backend_generation == -1 and p.heat > 0  # a cold key: decided on the store, its backend not kept
-    assert lease_stats()["leased"].decisions == 1  # counted on the plan alone
-    for _ in range(HOT_AFTER - 1):
+    for _ in range(HOT_AFTER):
         decide("leased", {"ip": "1"})
+    p = plan("leased", {"ip": "1"})  # the memoized plan the decisions used
     first = backend_for(p.policy)
     assert (p.backend, p.backend_generation) == (first, leases.generation)  # hot: the lease wrapper, kept
     leases.reset_leases()  # as a fork or a changed configuration does: every lease forgotten
@@ -697,46 +603,6 @@ def test_decide_takes_one_script_call_per_lease(real_redis, gcra_settings):
     assert lease_stats()["search"].calls_saved == 51 - (1 + cold + 5)
 
 
-@pytest.mark.parametrize("in_loop", [False, True], ids=["sync", "async"])
-def test_a_cold_key_not_memoized_has_its_heat_counted_while_its_call_is_in_flight(
-        real_redis, gcra_settings, monkeypatch, in_loop):
-    from django_gcra.backends import direct, meanwhile, multiplex
-    from django_gcra.plan import _plans
-
-    gcra_settings(**SEARCH)
-    monkeypatch.setattr(_plans, "size", 0)  # no plan memoized: the heat is the wrapper's to count
-    decide("search", {"ip": "warm"})  # loads the script, connects
-    wrapper = backend_for(get_policy("search"))
-    at_write: list[tuple[int, int]] = []  # what was left uncounted when a write ran the queue (specs, plans)
-
-    def recording():
-        at_write.append((len(wrapper._uncounted), sum(getattr(q, "backend", None) is wrapper for q in meanwhile.pending)))
-        meanwhile.run()
-
-    monkeypatch.setattr(multiplex if in_loop else direct, "run_meanwhile", recording)
-    left: list[int] = []  # ... and when its decision returned
-
-    async def decide_async():
-        for _ in range(HOT_AFTER + 4):
-            assert (await adecide("search", {"ip": "inflight"})).allowed
-            left.append(len(wrapper._uncounted))
-
-    before = evalsha_calls(real_redis)
-    if in_loop:
-        asyncio.run(decide_async())
-    else:
-        for _ in range(HOT_AFTER + 4):
-            assert decide("search", {"ip": "inflight"}).allowed
-            left.append(len(wrapper._uncounted))
-    # Each cold decision sent with only its plan's count queued (store.backend_for_plan),
-    # left to its own write ...
-    assert at_write == [(0, 1)] * (HOT_AFTER - 1)
-    assert left == [0] * (HOT_AFTER + 4) and not meanwhile.pending  # ... which counted it before its reply was read
-    assert evalsha_calls(real_redis) - before == HOT_AFTER - 1 + 1  # the cold calls, then one lease of 10
-    stats = lease_stats()["search"]
-    assert (stats.leased_units, stats.local) == (10, 4)
-
-
 def test_threads_counting_heat_in_flight_lose_no_decision(real_redis, gcra_settings, monkeypatch):
     from django_gcra.plan import _plans
 
@@ -764,20 +630,17 @@ def test_threads_counting_heat_in_flight_lose_no_decision(real_redis, gcra_setti
 
 
 def test_plans_not_memoized_that_no_lease_can_answer_count_no_heat(real_redis, gcra_settings, monkeypatch):
-    from django_gcra.backends import meanwhile
     from django_gcra.plan import _plans
 
     gcra_settings(**SEARCH)
-    monkeypatch.setattr(_plans, "size", 0)  # every plan sent to the store by store.backend_for_plan
-    decide("search", {"ip": "warm"})  # connects: from now on the writes count the heat
+    monkeypatch.setattr(_plans, "size", 0)  # no plan memoized (a full memo, or overrides)
+    decide("search", {"ip": "warm"})
     wrapper = backend_for(get_policy("search"))
-    assert wrapper._deferring
     before = evalsha_calls(real_redis)
     for _ in range(2 * HOT_AFTER):
         assert decide("search", {"ip": "peek"}, cost=0).allowed  # a peek
         assert not decide("search", {"ip": "big"}, cost=101).allowed  # above the burst
-    assert evalsha_calls(real_redis) - before == 4 * HOT_AFTER and not meanwhile.pending
-    assert list(wrapper._heat) == [spec.key for spec in plan_specs("search", "warm")]  # none of theirs
+    assert evalsha_calls(real_redis) - before == 4 * HOT_AFTER
     stats = lease_stats()["search"]
     assert (stats.decisions, stats.store_calls, stats.leased_units, wrapper.held_keys()) == (
         1 + 4 * HOT_AFTER, 1 + 4 * HOT_AFTER, 0, 0)

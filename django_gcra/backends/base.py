@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 
@@ -13,16 +13,6 @@ from ..algorithm import ALLOWED, GCRA
 
 class BackendError(Exception):
     """The store could not answer (connection refused, timeout, cluster error...)."""
-
-
-class KeptPlan(Protocol):
-    """What the lease wrapper reads of a memoized plan and keeps on it (``plan.Plan``): its
-    specs and cost, its leased key's heat and the backend that counted it."""
-
-    specs: tuple[LimitSpec, ...]
-    cost: int
-    heat: int
-    backend: Any
 
 
 class LimitSpec(NamedTuple):
@@ -63,8 +53,19 @@ class Outcome(NamedTuple):
         return self.enforced == ALLOWED
 
 
+#: A decision answered from this process's memory (a lease): (remaining, us until the key
+#: is rested, the store's clock in us).
+Served = tuple[int, int, int]
+
+
 class Backend(ABC):
     """Runs one all-or-nothing GCRA decision over ``specs`` for ``cost`` units."""
+
+    def serve(self, specs: Sequence[LimitSpec], cost: int, in_loop: bool = False) -> Served | None:
+        """The decision when this process can answer it from memory (a leased key: see
+        ``LeasingBackend``), as numbers, with no ``Outcome`` made; None (every store):
+        ``evaluate`` decides it. ``in_loop``: called from a coroutine."""
+        return None
 
     @abstractmethod
     def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:

@@ -8,8 +8,7 @@ installed, on a plain TCP or Unix socket, the request is then packed in C, writt
 socket and its reply parsed by a hiredis reader of the runner's own, without redis-py's
 layers. Any error other than a Redis error reply drops the connection, so a timed-out
 reply can never be read as the answer to a later request.
-A command can also be sent ahead (``Link.send``), its reply read later; work queued in
-``meanwhile`` runs between a request's write and its read.
+A command can also be sent ahead (``Link.send``), its reply read later.
 """
 
 from __future__ import annotations
@@ -26,9 +25,6 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from .meanwhile import pending as meanwhile_pending
-from .meanwhile import run as run_meanwhile
 
 _pack: Any  # hiredis.pack_command, or None
 _Reader: Any  # hiredis.Reader, or None
@@ -166,8 +162,6 @@ class DirectRunner(threading.local):
         lock.acquire()  # (not ``with``: cheaper)
         try:
             _send(sock, _pack(args))
-            if meanwhile_pending:  # work that needs no reply, done while this one is in flight
-                run_meanwhile()
             if link.owed:  # replies to commands sent ahead come first
                 link.hand_out()
             reply = reader.gets()

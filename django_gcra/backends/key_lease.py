@@ -15,13 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..algorithm import ALLOWED
-from .base import LimitSpec, Outcome
+from .base import LimitSpec, Outcome, Served
 
 __all__ = ["Ahead", "Held", "KeyLease", "LeaseStats", "Served", "admitted"]
 
 Held = tuple[int, float, int, float]  # the units of ``take_all``: (first, its expiry, second, its expiry)
-# A decision served from a lease: (remaining, us until the key is rested, the store clock in us).
-Served = tuple[int, int, int]
 NOTHING: Held = (0, 0.0, 0, 0.0)
 _new = tuple.__new__
 

@@ -10,17 +10,10 @@ when it is taken, so a lease never admits more than the global limit; units unus
 the lease expires are stranded (lost to everyone), at most L per process and key.
 
 Only keys that prove hot are leased: a key's first decisions go to the store one call
-each, and the key is leased at its ``HOT_AFTER``-th store decision within one window of ``ttl``
-(a key seen less often would strand most of every lease it took). The count is kept on
-the decision's memoized plan (``still_cold``, read by ``store.backend_for_plan``, which
-then sends a cold decision to ``inner`` itself: it costs what an unleased one does), or,
-for a plan that is not memoized, in a dict here (``_count_heat``), while the decision's
-store call is in flight (``meanwhile``; for a key neither leased nor armed, the plan is
-sent to ``inner`` by ``store.backend_for_plan`` with only its count queued:
-``count_sent``). A lease that expires unused makes the key cold
-again. A memoized plan's first cold decision is counted on the
-plan alone (its ``heat``, read by ``stats``; ``forget`` hands it over when the plan leaves
-the memo): the cold first visit makes no count of its own.
+each, and the key is leased at its ``hot_after``-th store decision within one window of
+``ttl`` (a key seen less often would strand most of every lease it took). The wrapper
+keeps that count itself, per key, in one bounded dict (``_hot``); a lease that expires
+unused makes the key cold again.
 
 ``Decision.remaining`` from a leased key is the store's remaining as of this process's
 last call for the key, aged by this process's clock, plus the units this process still
@@ -49,7 +42,6 @@ units this process still holds are too few for it; the store's reply decides).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import threading
@@ -59,11 +51,11 @@ from dataclasses import replace
 from typing import Any
 
 from ..algorithm import DENIED
-from . import meanwhile, prefetchers
-from .base import Backend, BackendError, KeptPlan, LimitSpec, Outcome
+from . import prefetchers
+from .base import Backend, BackendError, LimitSpec, Outcome
 from .key_lease import Ahead, Held, KeyLease, LeaseStats, Served, admitted, counted, held_units
 
-__all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend", "forget"]
+__all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend"]
 
 logger = logging.getLogger("django_gcra")
 REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same key before its own call
@@ -71,26 +63,7 @@ REFILL_WAIT = 0.05  # seconds a thread waits for another's refill of the same ke
 # (and on a key seen less often) every decision is one direct store call, and no lease
 # is taken to strand. 3: a key must come back twice within ttl to earn a lease.
 HOT_AFTER = 3
-_windows = itertools.count(1)  # heat windows, numbered across wrappers (a plan outlives a reset wrapper)
-# A plan's heat in window w is w * WINDOW_SPAN + its cold decisions in it (one int, one store).
-WINDOW_SPAN = 1 << 32
 EVICT_FRACTION = 8  # past max_keys, the oldest 1/8 of the leases go at once (no sweep per new key)
-
-
-# The memoized plans (``plan`` sets this to its memo's ``snapshot``): a plan there with a heat
-# > 0 holds the one count of its first cold decision on ``p.backend`` (``stats``).
-memoized: Callable[[], Iterable[KeptPlan]] = tuple
-
-
-def forget(plans: Iterable[KeptPlan]) -> None:
-    """Plans leaving the memo: each first cold decision counted on one of them is counted by
-    its wrapper now, and the plan counts no more heat (``heat`` -1: a decision still made
-    on it is counted by the wrapper). Each plan's swap is atomic under the GIL, as is the
-    first visit's (``store.backend_for_plan``): a decision is counted on one side of it."""
-    for p in plans:
-        heat, p.heat = p.heat, -1
-        if heat > 0:
-            p.backend.count_direct()
 
 
 def _may_wait(outcome: Outcome, max_wait: int) -> bool:
@@ -111,28 +84,19 @@ class LeasingBackend(Backend):
                  prefetch: Callable[[Callable[[], None]], object] | None = None, hot_after: int = HOT_AFTER) -> None:
         self.inner, self.max_keys, self.clock = inner, max_keys, clock
         self.size, self.ttl, self.low_water = size, ttl, low_water  # units per lease, seconds, prefetch mark
-        self.hot_after = hot_after  # (and the memoized plans' first heat window: still_cold)
+        self.hot_after = max(1, hot_after)  # a key's store decision within a window of ttl that leases it
         self.prefetch = prefetch or prefetchers.submit
         self._stats = LeaseStats()  # everything but the local decisions of the keys in _keys
         self._stats_lock = threading.Lock()
-        # The direct decisions of keys without a lease (one store call each) but for the
-        # memoized plans' first ones (counted on the plans: stats): a cold key's, counted by
+        # The direct decisions of keys without a lease (one store call each), counted by
         # ``next`` (one C call, atomic under the GIL) and read with ``counted``, not under
         # ``_stats_lock``.
         self.cold = itertools.count()
         self._keys: dict[str, KeyLease] = {}  # read without a lock (one dict lookup); written under _keys_lock
         self._keys_lock = threading.Lock()
-        self._heat: dict[str, int] = {}  # cold key -> its store decisions in this window
-        self._heat_until = 0.0  # when the window ends (monotonic seconds; see _count_heat)
-        # The specs of cold decisions sent to the store with their heat not counted yet;
-        # whether _count_heat is queued to count them (meanwhile.later), and whether the
-        # writes have been counting them (else each is counted at once: _goes_direct; and
-        # only then does store.backend_for_plan queue a plan's count itself: count_sent).
-        self._uncounted: list[LimitSpec] = []
-        self._deferring = False
-        self._armed: set[str] = set()  # keys whose next decision in this window is hot (_count_heat)
-        self._counting = False
-        self._count_later = functools.partial(self._count_heat, True)  # (made once, queued again and again)
+        self._heat: dict[str, int] = {}  # cold key -> its store decisions in this window (_hot)
+        self._heat_until = 0.0  # when the window ends (monotonic seconds)
+        self._heat_lock = threading.Lock()
         self._next_sweep = 0.0
 
     def serve(self, specs: Sequence[LimitSpec], cost: int, in_loop: bool = False) -> Served | None:
@@ -269,148 +233,31 @@ class LeasingBackend(Backend):
     def _goes_direct(self, spec: LimitSpec, cost: int) -> bool:
         """True (and the decision counted as a store call) when a key without a lease is
         decided directly on the store: it is not leasable (shadow, a peek, a cost above
-        the burst) or still cold, its heat counted while its store call is in flight
-        (``_count_heat``). False at its ``hot_after``-th store decision within one window
-        of ``ttl`` (``_armed`` by the count of the one before): the key gets a lease now."""
-        if spec.enforce and 0 < cost <= spec.burst:
-            if self._hot_after == 1:  # every key is hot at once
-                return False
-            uncounted = self._uncounted
-            if uncounted:  # left for a write that did not count it (not a direct connection, or an error)
-                self._deferring = False  # counted at once from now on, until a write counts them again
-                self._count_heat()
-            armed = self._armed
-            if armed and spec.key in armed:
-                if self.clock() < self._heat_until:  # hot
-                    armed.discard(spec.key)
-                    self._heat.pop(spec.key, None)
-                    return False
-                armed.clear()  # counted in a window that has ended: this is the first of a new one
-                self._heat.clear()
-            uncounted.append(spec)
-            if not self._counting:
-                self._counting = True
-                meanwhile.later(self._count_later)
-            if not self._deferring:
-                self._count_heat()
+        the burst) or still cold. False when it is hot now (``_hot``): it gets a lease."""
+        if spec.enforce and 0 < cost <= spec.burst and self._hot(spec.key):
+            return False
         next(self.cold)  # one decision, one store call (counted without a lock: see cold)
         return True
 
-    def _count_heat(self, queued: bool = False) -> None:
-        """Count the cold decisions ``_goes_direct`` sent to the store uncounted, in
-        ``_heat``; a key at its ``hot_after - 1``-th count within one window of ``ttl`` is
-        armed: its next decision in that window is hot. ``queued``: run by a write while its
-        reply is in flight (``meanwhile``); else at once, by ``_goes_direct``.
-
-        A window starts at the first count in an empty ``_heat`` (an int per key, no clock
-        per key), and the clock is read only then and when a key reaches ``hot_after - 1``:
-        a window that has ended by then drops every count, and the key counts anew."""
-        if queued:  # a write counts them: the next decisions leave their counts to the writes
-            # (first: one left uncounted from now on queues this again; with hot_after 1 none is counted)
-            self._counting, self._deferring = False, self._hot_after > 1
-        uncounted, heat, armed, hot_at = self._uncounted, self._heat, self._armed, self._hot_after - 1
-        while uncounted:
-            try:
-                key = uncounted.pop().key
-            except IndexError:  # another thread counted the last one
-                return
+    def _hot(self, key: str) -> bool:
+        """Count a store decision of ``key``, which holds no lease: True at its
+        ``hot_after``-th within one window of ``ttl``. A window starts with the first count
+        after the last one ended; the dict holds at most ``max_keys`` keys (a key this rare is
+        cold anyway: past that, a new window starts)."""
+        if self.hot_after == 1:  # every key is hot at once
+            return True
+        now = self.clock()
+        with self._heat_lock:
+            heat = self._heat
+            if now >= self._heat_until or len(heat) >= self.max_keys:
+                heat.clear()
+                self._heat_until = now + self.ttl
             count = heat.get(key, 0) + 1
-            if count >= hot_at and count > 1 and self.clock() >= self._heat_until:  # counted in a window that has ended
-                heat.clear()
-                armed.clear()
-                count = 1
-            if count == 1 and (not heat or len(heat) >= self.max_keys):  # bounded: a key this rare is cold anyway
-                heat.clear()
-                armed.clear()
-                self._heat_until = self.clock() + self.ttl
-            heat[key] = count
-            if count >= hot_at:
-                armed.add(key)
-
-    def count_sent(self, p: KeptPlan) -> None:
-        """Count a decision of a plan not memoized that ``store.backend_for_plan`` sent to
-        ``inner`` itself (its key without a lease, not armed), queued to run while its call
-        is in flight (``meanwhile``): one direct decision, and its key's heat if leasable."""
-        next(self.cold)
-        specs = p.specs
-        if len(specs) == 1 and self._leasable(specs, p.cost):
-            self._uncounted.append(specs[0])
-            self._count_heat()
-
-    def still_cold(self, p: KeptPlan) -> bool:
-        """``_goes_direct`` for a memoized plan, its heat counted on the plan (no dict, no
-        hashing of its key): True (the decision counted) while the plan's key is cold, and
-        ``store.backend_for_plan`` then decides it on ``inner`` itself. False when the plan
-        is not leasable (``evaluate`` sends it to the store), its key holds a lease, or it
-        is hot now: its key's lease is made, which ``evaluate`` fills. A plan that is not
-        memoized (``heat`` -1: the memo full, or overrides) is counted in ``_heat``, as
-        ``evaluate`` counts it (``_goes_direct``), without the calls of ``serve`` and
-        ``evaluate`` first; while the writes count the heat, ``store.backend_for_plan``
-        sends such a plan of a key neither leased nor armed to ``inner`` itself and queues
-        its count (``count_sent``), and this counts whatever is still queued first.
-
-        The plan's first cold decision on this wrapper is counted by its heat (``stats``),
-        the later ones here; a heat left by another wrapper (before a reset) is handed back
-        to it. Windows follow one another from this wrapper's start: the clock is read only
-        when a plan reaches ``hot_after``, and a window that has ended by then starts a new
-        one (its counts, on every plan, are void: that plan counts anew)."""
-        heat = p.heat
-        if heat > 0 and p.backend is not self:  # another wrapper's count (a reset): its first decision is its own
-            p.heat, heat = 0, 0
-            p.backend.count_direct()
-        specs = p.specs
-        if heat < 0:  # not memoized: counted in _heat, as evaluate counts it
-            if meanwhile.pending:  # counts no write has run yet (or another thread's, in flight): first
-                meanwhile.run()
-            if len(specs) != 1:
+            if count < self.hot_after:
+                heat[key] = count
                 return False
-            spec = specs[0]
-            keys = self._keys
-            if keys and spec.key in keys:  # a leased key
-                return False
-            if self._goes_direct(spec, p.cost):
-                return True
-            self._state(spec)  # hot now: its lease made, which evaluate fills
-            return False
-        if len(specs) != 1 or not self._leasable(specs, p.cost):
-            return False
-        floor = self._floor
-        count = heat - floor + 1 if heat > floor else 1  # a heat below floor: a window that has ended
-        if count >= self._hot_after:
-            now = self.clock()
-            if count == 1 or now < self._window_until:  # hot (with hot_after 1: every plan)
-                self._state(specs[0])
-                return False
-            self._new_window(now)
-            count = 1
-        if p.heat >= 0:  # still memoized (tested and set with no call between: atomic against forget)
-            p.heat, p.backend = self._floor + count, self
-            if not heat:
-                return True  # the plan's first decision here: counted by its heat (stats)
-        next(self.cold)
-        return True
-
-    @property
-    def hot_after(self) -> int:
-        """A key's store decision within one window of ``ttl`` at which it is leased (1: at once)."""
-        return self._hot_after
-
-    @hot_after.setter
-    def hot_after(self, n: int) -> None:
-        self._hot_after = min(max(1, n), WINDOW_SPAN - 1)
-        self._deferring = False  # (set again by the next write that counts: _count_heat)
-        self._new_window(self.clock())  # plans' heats from before count anew
-
-    def _new_window(self, now: float) -> None:
-        floor = next(_windows) * WINDOW_SPAN
-        # first_heat: a memoized plan's heat after its first cold decision (store.backend_for_plan
-        # sets it); 0 when every key is hot at once.
-        first = floor + 1 if self._hot_after > 1 else 0
-        self._floor, self.first_heat, self._window_until = floor, first, now + self.ttl
-
-    def count_direct(self, decisions: int = 1) -> None:
-        """Count ``decisions`` direct decisions (one store call each) counted on plans until now (``forget``)."""
-        self._count(decisions, calls=decisions)
+            heat.pop(key, None)
+            return True
 
     def _state(self, spec: LimitSpec) -> KeyLease:
         """The key's lease, made if the key has none yet."""
@@ -577,13 +424,11 @@ class LeasingBackend(Backend):
             s.stranded_units += stranded
 
     def stats(self) -> LeaseStats:
-        meanwhile.run()  # counts still queued for a write
-        on_plans = sum(1 for p in memoized() if p.heat > 0 and p.backend is self)  # their first decisions
         with self._keys_lock:
             held = sum(s.held for s in self._keys.values())
             local = sum(s.local for s in self._keys.values())
             with self._stats_lock:
-                s, direct = self._stats, counted(self.cold) + on_plans
+                s, direct = self._stats, counted(self.cold)
                 return replace(s, held_units=held, local=s.local + local, decisions=s.decisions + local + direct,
                                store_calls=s.store_calls + direct)
 
@@ -591,10 +436,9 @@ class LeasingBackend(Backend):
         """Forget this process's lease (and heat) of each of ``keys`` (``django_gcra.reset``):
         their units are never served; returns the leases dropped."""
         dropped = 0
-        with self._keys_lock:
+        with self._keys_lock, self._heat_lock:
             for key in keys:
                 self._heat.pop(key, None)
-                self._armed.discard(key)
                 if key in self._keys:
                     self._count(0, stranded=self._drop(key, None))
                     dropped += 1

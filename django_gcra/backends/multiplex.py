@@ -33,8 +33,6 @@ from redis.exceptions import ResponseError
 
 from .clients import SentinelSetUpPool, SetUpPool
 from .direct import _pack, new_reader
-from .meanwhile import pending as meanwhile_pending
-from .meanwhile import run as run_meanwhile
 
 __all__ = ["ASYNC_LANES", "MAX_BATCH", "Multiplexer", "multiplexer_for"]
 
@@ -145,8 +143,6 @@ class Multiplexer:
             else:  # hiredis packs in C; redis-py's packer checks and encodes every argument in Python
                 packed = [b"".join([_pack(args) for args, _ in batch])]
             await connection.send_packed_command(packed, check_health=False)
-            if meanwhile_pending:  # work that needs no reply, done while the batch is in flight
-                run_meanwhile()
             stream = getattr(connection, "_reader", None) if _pack is not None else None
             if isinstance(stream, asyncio.StreamReader):
                 # The batch's replies parsed by a hiredis reader of its own, from as few reads
