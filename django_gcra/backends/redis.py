@@ -140,37 +140,34 @@ def parse_reply(reply: Sequence[Any], take: bool = False, shaping: bool = False,
     ))
 
 
-def run_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+def run_script(client: Any, keys: Sequence[str], args: Sequence[Any], source: str = SCRIPT,
+               sha: str = SCRIPT_SHA) -> Any:
     """EVALSHA, loading the script once on NOSCRIPT (restart, failover, SCRIPT FLUSH)."""
     try:
-        return evalsha(client, SCRIPT_SHA, keys, args)
+        return evalsha(client, sha, keys, args)
     except NoScriptError:
-        client.script_load(SCRIPT)
-        return evalsha(client, SCRIPT_SHA, keys, args)
+        client.script_load(source)
+        return evalsha(client, sha, keys, args)
 
 
 def run_settle(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-    try:
-        return evalsha(client, SETTLE_SHA, keys, args)
-    except NoScriptError:
-        client.script_load(SETTLE_SCRIPT)
-        return evalsha(client, SETTLE_SHA, keys, args)
+    """``run_script`` of the settle script (``settle.lua``)."""
+    return run_script(client, keys, args, SETTLE_SCRIPT, SETTLE_SHA)
 
 
 async def arun_settle(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-    try:
-        return await client.evalsha(SETTLE_SHA, len(keys), *keys, *args)
-    except NoScriptError:
-        await client.script_load(SETTLE_SCRIPT)
-        return await client.evalsha(SETTLE_SHA, len(keys), *keys, *args)
+    """``arun_script`` of the settle script (``settle.lua``)."""
+    return await arun_script(client, keys, args, SETTLE_SCRIPT, SETTLE_SHA)
 
 
-async def arun_script(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+async def arun_script(client: Any, keys: Sequence[str], args: Sequence[Any], source: str = SCRIPT,
+                      sha: str = SCRIPT_SHA) -> Any:
+    """``run_script`` on an asyncio client."""
     try:
-        return await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
+        return await client.evalsha(sha, len(keys), *keys, *args)
     except NoScriptError:
-        await client.script_load(SCRIPT)
-        return await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
+        await client.script_load(source)
+        return await client.evalsha(sha, len(keys), *keys, *args)
 
 
 async def amux_script(mux: Multiplexer, keys: Sequence[str], args: Sequence[Any]) -> Any:
