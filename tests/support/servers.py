@@ -55,24 +55,65 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class TLSFiles:
+    """A throwaway CA and a server certificate it signed for 127.0.0.1 (``make_tls``)."""
+
+    ca: str
+    cert: str
+    key: str
+
+
+def make_tls(directory: str) -> TLSFiles:
+    """Generate, with the openssl CLI, a CA and a certificate for 127.0.0.1/localhost signed by it."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RuntimeError("openssl is not installed: run 'apt-get install openssl'")
+    d = os.path.join
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], check=True, capture_output=True, timeout=60)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", d(directory, "ca.key"), "-out", d(directory, "ca.crt"), "-days", "2",
+        "-subj", "/CN=django_gcra test CA")
+    run("req", *ec, "-keyout", d(directory, "server.key"), "-out", d(directory, "server.csr"),
+        "-subj", "/CN=127.0.0.1")
+    with open(d(directory, "san.ext"), "w") as ext:
+        ext.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("x509", "-req", "-in", d(directory, "server.csr"), "-CA", d(directory, "ca.crt"), "-CAkey",
+        d(directory, "ca.key"), "-CAcreateserial", "-out", d(directory, "server.crt"), "-days", "2",
+        "-extfile", d(directory, "san.ext"))
+    return TLSFiles(d(directory, "ca.crt"), d(directory, "server.crt"), d(directory, "server.key"))
+
+
 @dataclass
 class RedisServer:
+    """A server process; with ``tls``, it listens on ``port`` with TLS only (``rediss://``)."""
+
     port: int
     args: list[str] = field(default_factory=list)
     process: subprocess.Popen | None = None
     workdir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="gcra-redis-"))
     binary: str = field(default_factory=server_binary)
+    tls: TLSFiles | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
 
     def client(self, **kwargs) -> redis.Redis:
+        if self.tls:
+            kwargs = {"ssl": True, "ssl_ca_certs": self.tls.ca, "ssl_cert_reqs": "required", **kwargs}
         return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         os.makedirs(self.workdir, exist_ok=True)  # again after a stop()
-        cmd = [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+        ports = ["--port", str(self.port)]
+        if self.tls:
+            ports = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", self.tls.cert,
+                     "--tls-key-file", self.tls.key, "--tls-ca-cert-file", self.tls.ca, "--tls-auth-clients", "no"]
+        cmd = [self.binary, "--bind", "127.0.0.1", *ports, "--save", "",
                "--appendonly", "no", "--dir", self.workdir, *self.args]
         self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout

@@ -92,12 +92,12 @@ def check_store(alias: str, policies: list[Policy], samples: int) -> dict[str, A
         problems.extend(spanning)
     try:
         client = cache_connection(alias)
-        info = _nodes(client)[0].info("server")
+        node = _nodes(client)[0]
+        node.ping()
     except Exception as exc:
         problems.append(f"unreachable: {type(exc).__name__}: {exc}")
         return report
-    name = info.get("server_name") or "redis"
-    report["server"] = f"{name} {info.get(f'{name}_version') or info.get('redis_version', '?')}"
+    report["server"] = _server(node)
     # The scripts: each loads (a server or ACL refusing scripts fails here) and runs, TIME included.
     try:
         for script in (SCRIPT, EXTEND_SCRIPT):
@@ -144,6 +144,23 @@ def check_store(alias: str, policies: list[Policy], samples: int) -> dict[str, A
         problems.append(f"maxmemory-policy {policy_name} can evict limiter keys (a limit silently resets): "
                         "use noeviction or volatile-*")
     return report
+
+
+def _server(node: Any) -> str:
+    """``redis 7.0.15``, ``valkey 9.1.2``: from HELLO (any user may send it), else INFO."""
+    try:
+        reply = node.execute_command("HELLO")
+        hello = dict(zip(reply[::2], reply[1::2])) if isinstance(reply, list) else dict(reply)
+        found = {_decode(k): _decode(v) for k, v in hello.items() if k in (b"server", b"version", "server", "version")}
+        return f"{found['server']} {found['version']}"
+    except (redis.RedisError, KeyError):
+        pass
+    try:
+        info = node.info("server")
+    except redis.RedisError:
+        return "unknown"
+    name = info.get("server_name") or "redis"
+    return f"{name} {info.get(f'{name}_version') or info.get('redis_version', '?')}"
 
 
 def _decode(value: Any) -> str:
