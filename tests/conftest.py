@@ -132,6 +132,23 @@ def gcra_settings(settings):
     return apply
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database. Before PostgreSQL drops it (it refuses while a session
+    is connected): the overrides' refresh in flight ends, and the connections other threads
+    left open (asgiref's executor threads of the async tests) are ended."""
+    yield
+    from django.db import connection
+
+    from django_gcra.overrides import cache
+
+    cache.join(10)
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _drop_unwritten_audit_records():
     """Tests that are not about the audit trail leave denials in the process's recorder:

@@ -1,5 +1,9 @@
 """Settings for the test suite: an embedded fakeredis (with Lua) unless a test points
-CACHES at the real redis-server that the fixtures start."""
+CACHES at the real redis-server that the fixtures start; SQLite in memory unless
+DATABASE_URL names another database (e.g. ``postgres://user:password@127.0.0.1:5432/gcra``:
+pytest-django creates and drops ``test_<name>`` beside it; scripts/postgres.sh starts one)."""
+
+import os
 
 import fakeredis
 
@@ -33,6 +37,10 @@ TEMPLATES = [{
     ]},
 }]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+if os.environ.get("DATABASE_URL"):
+    import dj_database_url
+
+    DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"])}
 STATIC_URL = "/static/"  # the live server (browser tests) serves static files under it
 CACHES = {
     "default": {
