@@ -180,8 +180,7 @@ def save(django_capture_on_commit_callbacks):
     from django_gcra.overrides import cache
 
     def create(**fields):
-        # A background reload reading the table would hold SQLite's shared-cache table lock
-        # (the test database is in memory): let it finish before writing.
+        # A background reload in flight reads the table: let it finish before writing.
         cache.join(5)
         with django_capture_on_commit_callbacks(execute=True):
             return LimitOverride.objects.create(**fields)
