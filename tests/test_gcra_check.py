@@ -195,3 +195,28 @@ def test_on_a_cluster_every_primary_is_asked_and_every_decision_in_one_slot(sett
         assert code == 1 and "maxmemory-policy allkeys-lru can evict limiter keys" in out, out
     finally:
         cluster.stop()
+
+
+def test_settings_in_error_are_a_clear_error_not_a_traceback(healthy, gcra_settings):
+    gcra_settings(POLICIES={"bad": {"limits": [{"name": "x", "key": ["nowhere"], "rate": "1/s"}]}})
+    with pytest.raises(CommandError, match=r"DJANGO_GCRA is in error: .*nowhere.*django_gcra\.E"):
+        call_command("gcra_check", stdout=StringIO())
+
+
+@pytest.mark.slow
+def test_behind_sentinel_the_master_is_checked(settings, gcra_settings):
+    from tests.support.sentinel import start_sentinels
+
+    group = start_sentinels()
+    try:
+        settings.CACHES = {"default": group.caches()}
+        gcra_settings(**LIMITER)
+        code, out = check("--json", "--samples", "5")
+        assert code == 0, out
+        (store,) = json.loads(out)["stores"]
+        assert store["endpoint"] == "redis://mymaster/0" and store["maxmemory_policy"] == "noeviction"
+        group.master.client().config_set("maxmemory-policy", "allkeys-lfu")
+        code, out = check("--samples", "5")
+        assert code == 1 and "maxmemory-policy allkeys-lfu can evict limiter keys" in out, out
+    finally:
+        group.stop()

@@ -16,6 +16,7 @@ from typing import Any
 
 import redis
 import redis.cluster
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.crc import key_slot
 
@@ -179,6 +180,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, json: bool, samples: int, **options: Any) -> None:
         if samples < 1:
             raise CommandError("--samples must be at least 1")
+        try:
+            get_settings()
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"DJANGO_GCRA is in error: {exc}") from None
         catalog.discover()  # the inline and DRF policies' keys are checked too
         reports = [check_store(alias, policies, samples) for alias, policies in stores().items()]
         problems = [f"{r['alias']} ({r['endpoint']}): {p}" for r in reports for p in r["problems"]]
