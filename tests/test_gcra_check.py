@@ -103,6 +103,28 @@ def test_an_unreachable_region_store_is_one_problem(healthy, settings, gcra_sett
     assert line.startswith(f"us-redis ({dead}): unreachable: ConnectionError"), out
 
 
+def test_a_paused_store_is_a_problem_within_the_timeout(settings, gcra_settings):
+    from tests.support.servers import start_redis
+
+    server = start_redis()
+    try:
+        settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": server.url}}
+        gcra_settings(**LIMITER)
+        server.pause()  # SIGSTOP: connects (the kernel's backlog), never answers
+        code, out = check("--timeout", "0.5")
+    finally:
+        server.stop()
+    assert code == 1
+    (line,) = out.strip().splitlines()
+    assert line.startswith(f"default ({server.url}): unreachable: TimeoutError"), out
+
+
+def test_bad_timeout_is_refused(healthy):
+    for bad in ("0", "-1", "601"):
+        with pytest.raises(CommandError, match="--timeout must be"):
+            call_command("gcra_check", "--timeout", bad, stdout=StringIO())
+
+
 def test_a_round_trip_slower_than_timeout_fails(healthy, redis_server, settings, gcra_settings):
     port = free_port()
     loop = asyncio.new_event_loop()

@@ -22,12 +22,11 @@ from redis.crc import key_slot
 
 from django_gcra import catalog, plan
 from django_gcra.backends.base import LimitSpec
-from django_gcra.backends.clients import endpoint_name
+from django_gcra.backends.clients import Timeouts, build_sync_client, endpoint_name
 from django_gcra.backends.redis import SCRIPT, SCRIPT_SHA, script_args
 from django_gcra.backends.slots import EXTEND_SCRIPT
 from django_gcra.conf import get_settings
 from django_gcra.policy import Policy
-from django_gcra.store import cache_connection
 
 MAX_SKEW = 1.0  # seconds between this host's clock and the store's
 SAMPLE_VALUES = ("203.0.113.7", "a{b}:c%")  # descriptor values: a plain one, and one a hash tag could trip on
@@ -80,9 +79,12 @@ def _percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
-def check_store(alias: str, policies: list[Policy], samples: int) -> dict[str, Any]:
-    """The facts of one store and its problems (each a line of its own)."""
+def check_store(alias: str, policies: list[Policy], samples: int, timeout: float = 5.0) -> dict[str, Any]:
+    """The facts of one store and its problems (each a line of its own). The store is reached
+    by a client built as the limiter builds its own (the same servers, TLS and credentials),
+    each connect and command bounded by ``timeout`` seconds."""
     from django.conf import settings
+    from django.core.cache import caches
 
     config = get_settings()
     report: dict[str, Any] = {"alias": alias, "endpoint": endpoint_name(settings.CACHES.get(alias, {})),
@@ -92,7 +94,7 @@ def check_store(alias: str, policies: list[Policy], samples: int) -> dict[str, A
         report["slots"][policy.name], spanning = decision_slots(policy)
         problems.extend(spanning)
     try:
-        client = cache_connection(alias)
+        client = build_sync_client(caches[alias].client, Timeouts(timeout, timeout))
         node = _nodes(client)[0]
         node.ping()
     except Exception as exc:
@@ -176,16 +178,20 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print the findings as JSON.")
         parser.add_argument("--samples", type=int, default=50,
                             help="Script calls timed per store for the p99 (default 50).")
+        parser.add_argument("--timeout", type=float, default=5.0,
+                            help="Seconds each connect and command may take (default 5).")
 
-    def handle(self, *args: Any, json: bool, samples: int, **options: Any) -> None:
+    def handle(self, *args: Any, json: bool, samples: int, timeout: float, **options: Any) -> None:
         if samples < 1:
             raise CommandError("--samples must be at least 1")
+        if not 0 < timeout <= 600:
+            raise CommandError("--timeout must be a number of seconds above 0 and at most 600")
         try:
             get_settings()
         except ImproperlyConfigured as exc:
             raise CommandError(f"DJANGO_GCRA is in error: {exc}") from None
         catalog.discover()  # the inline and DRF policies' keys are checked too
-        reports = [check_store(alias, policies, samples) for alias, policies in stores().items()]
+        reports = [check_store(alias, policies, samples, timeout) for alias, policies in stores().items()]
         problems = [f"{r['alias']} ({r['endpoint']}): {p}" for r in reports for p in r["problems"]]
         if json:
             self.stdout.write(_json({"ok": not problems, "stores": reports, "problems": problems}))
