@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 import redis
 
@@ -97,15 +98,25 @@ class RedisServer:
     workdir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="gcra-redis-"))
     binary: str = field(default_factory=server_binary)
     tls: TLSFiles | None = None
+    user: str | None = None  # an ACL user start() creates, with ``password``; ``url`` is theirs
+    password: str | None = None
+    db: int = 0  # the database of ``url`` and of ``client()``
+    user_keys: str = "*"  # the key pattern the ACL user may touch
 
     @property
     def url(self) -> str:
-        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
+        """The URL an application uses: the ACL user's (when set), db ``db``, the CA required with TLS."""
+        auth = f"{quote(self.user, safe='')}:{quote(self.password or '', safe='')}@" if self.user else ""
+        url = f"{'rediss' if self.tls else 'redis'}://{auth}127.0.0.1:{self.port}/{self.db}"
+        if self.tls:
+            url += f"?ssl_cert_reqs=required&ssl_ca_certs={quote(self.tls.ca, safe='')}"
+        return url
 
     def client(self, **kwargs) -> redis.Redis:
+        """An administrator's client (the default user, every right) on database ``db``."""
         if self.tls:
             kwargs = {"ssl": True, "ssl_ca_certs": self.tls.ca, "ssl_cert_reqs": "required", **kwargs}
-        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
+        return redis.Redis(host="127.0.0.1", port=self.port, **{"db": self.db, **kwargs})
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         os.makedirs(self.workdir, exist_ok=True)  # again after a stop()
@@ -120,6 +131,10 @@ class RedisServer:
         while time.monotonic() < deadline:
             try:
                 if self.client(socket_timeout=0.5).ping():
+                    if self.user:
+                        self.client().acl_setuser(self.user, reset=True, enabled=True,
+                                                  passwords=[f"+{self.password}"], keys=[self.user_keys],
+                                                  commands=["+@all", "-@dangerous", "-@admin"])
                     return self
             except redis.exceptions.RedisError:
                 time.sleep(0.02)
