@@ -231,12 +231,14 @@ def test_behind_sentinel_the_master_is_checked(settings, gcra_settings):
 
     group = start_sentinels()
     try:
-        settings.CACHES = {"default": group.caches()}
+        # A database no other test's Sentinel cache uses: django-redis keeps one connection pool
+        # per URL for the process, and test_sentinel.py's (its sentinels stopped) is redis://mymaster/0.
+        settings.CACHES = {"default": {**group.caches(), "LOCATION": "redis://mymaster/5"}}
         gcra_settings(**LIMITER)
         code, out = check("--json", "--samples", "5")
         assert code == 0, out
         (store,) = json.loads(out)["stores"]
-        assert store["endpoint"] == "redis://mymaster/0" and store["maxmemory_policy"] == "noeviction"
+        assert store["endpoint"] == "redis://mymaster/5" and store["maxmemory_policy"] == "noeviction"
         group.master.client().config_set("maxmemory-policy", "allkeys-lfu")
         code, out = check("--samples", "5")
         assert code == 1 and "maxmemory-policy allkeys-lfu can evict limiter keys" in out, out
