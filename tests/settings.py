@@ -1,5 +1,12 @@
 """Settings for the test suite: an embedded fakeredis (with Lua) unless a test points
-CACHES at the real redis-server that the fixtures start."""
+CACHES at the real redis-server that the fixtures start; SQLite in memory unless
+DATABASE_URL names another database (e.g. ``postgres://user:password@127.0.0.1:5432/gcra``:
+pytest-django creates and drops ``test_<name>`` beside it; scripts/postgres.sh starts one)."""
+
+import atexit
+import os
+import shutil
+import tempfile
 
 import fakeredis
 
@@ -32,7 +39,18 @@ TEMPLATES = [{
         "django.contrib.messages.context_processors.messages",
     ]},
 }]
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+# SQLite in a file of this process's own, not in memory: the shared-cache in-memory database
+# that Django's tests use by default has table locks, which fail a background thread's write
+# at once ("database table is locked") while another connection reads; a file database's
+# locks wait up to "timeout" seconds instead, as a real deployment's would.
+_DB_DIR = tempfile.mkdtemp(prefix="gcra-tests-db-")
+atexit.register(shutil.rmtree, _DB_DIR, ignore_errors=True)
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.path.join(_DB_DIR, "db.sqlite3"),
+                         "TEST": {"NAME": os.path.join(_DB_DIR, "test.sqlite3")}, "OPTIONS": {"timeout": 20}}}
+if os.environ.get("DATABASE_URL"):
+    import dj_database_url
+
+    DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"])}
 STATIC_URL = "/static/"  # the live server (browser tests) serves static files under it
 CACHES = {
     "default": {

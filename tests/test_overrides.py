@@ -250,13 +250,16 @@ class Watcher:
 
 @pytest.fixture
 def deployment(tmp_path, redis_server):
+    from tests.support.databases import scratch_database
+
     redis_server.client().flushall()
-    config = {"db": str(tmp_path / "db.sqlite3"), "redis": redis_server.url, "gcra": BROWSER_GCRA}
-    run(config, "migrate")
-    watcher = Watcher(config)
-    watcher.wait_for(2)  # the configured burst
-    yield config, watcher
-    watcher.stop()
+    with scratch_database(tmp_path) as db:  # SQLite, or PostgreSQL with DATABASE_URL
+        config = {"db": db, "redis": redis_server.url, "gcra": BROWSER_GCRA}
+        run(config, "migrate")
+        watcher = Watcher(config)
+        watcher.wait_for(2)  # the configured burst
+        yield config, watcher
+        watcher.stop()
 
 
 @pytest.mark.redis

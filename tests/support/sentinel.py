@@ -12,9 +12,14 @@ from pathlib import Path
 
 import redis
 
-from tests.support.servers import RedisServer, free_port, start_redis
+from tests.support.servers import STORE, RedisServer, free_port, start_redis, valkey_server
 
 REDIS_SENTINEL = shutil.which("redis-sentinel") or "/usr/bin/redis-sentinel"
+
+
+def sentinel_command(conf: Path) -> list[str]:
+    """A sentinel on ``conf``: redis-sentinel, or valkey-server in sentinel mode (GCRA_STORE=valkey)."""
+    return [valkey_server(), str(conf), "--sentinel"] if STORE == "valkey" else [REDIS_SENTINEL, str(conf)]
 SERVICE = "mymaster"
 DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS = 300, 2000
 
@@ -87,7 +92,7 @@ def start_sentinels(count: int = 3) -> SentinelSet:
                             f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
                             f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
                             f"sentinel parallel-syncs {SERVICE} 1\n")
-            group.processes.append(subprocess.Popen([REDIS_SENTINEL, str(conf)], stdout=subprocess.DEVNULL,
+            group.processes.append(subprocess.Popen(sentinel_command(conf), stdout=subprocess.DEVNULL,
                                                     stderr=subprocess.DEVNULL))
             group.sentinel_ports.append(port)
         group.wait_ready()
