@@ -16,7 +16,7 @@ from typing import Any
 from .backends import Backend
 from .backends.lease_backend import LeaseStats, LeasingBackend
 from .conf import get_settings, on_change
-from .policy import Lease, Policy
+from .policy import Lease, PerPolicy, Policy
 from .worker import after_fork
 
 __all__ = ["LeaseCollector", "LeaseStats", "LeasingBackend", "drop_leases", "lease_stats", "leasing_backend",
@@ -27,23 +27,18 @@ generation = 0  # moved by every reset: a backend memoized under an older number
 _wrappers_lock = threading.Lock()
 
 
-# id(policy) -> (policy, inner, wrapper): one dict lookup per decision instead of hashing
-# the Lease; the entry holds the policy, so its id is not reused while it is there.
-_by_policy: dict[int, tuple[Policy, Backend, LeasingBackend]] = {}
+# policy -> (inner, wrapper): one dict lookup instead of hashing the Lease.
+_by_policy: PerPolicy[tuple[Backend, LeasingBackend]] = PerPolicy()
 
 
 def leasing_backend(inner: Backend, policy: Policy) -> Backend:
     """The backend deciding ``policy``: ``inner`` itself, or its lease wrapper if leased."""
     if policy.lease is None:
         return inner
-    found = _by_policy.get(id(policy))
-    if found is not None and found[0] is policy and found[1] is inner:
-        return found[2]
-    wrapper = _wrapper(inner, policy)
-    if len(_by_policy) > 1000:  # policies built per call (code, not settings): stay bounded
-        _by_policy.clear()
-    _by_policy[id(policy)] = (policy, inner, wrapper)
-    return wrapper
+    found = _by_policy.get(policy)
+    if found is not None and found[0] is inner:
+        return found[1]
+    return _by_policy.put(policy, (inner, _wrapper(inner, policy)))[1]
 
 
 def _wrapper(inner: Backend, policy: Policy) -> LeasingBackend:

@@ -17,7 +17,7 @@ from .algorithm import ALGORITHMS, CONCURRENCY, GCRA, QUOTA, SLIDING_LOG, SLIDIN
 from .backends import LimitSpec
 from .conf import get_settings, on_change
 from .keys import build_key, escape
-from .policy import Concurrency, Limit, Policy
+from .policy import Concurrency, Limit, PerPolicy, Policy
 from .rates import Rate
 
 __all__ = ["Plan", "PlanMemo", "PlannedLimit", "PlannedSlot", "bad_cost", "bad_descriptor", "get_policy",
@@ -215,11 +215,10 @@ def _values(pol: Policy, memo_key: list[Any]) -> dict[str, str]:
 # What a policy's rate limits ask of the store at one tier, without overrides and without
 # REGIONS (every limit whole): per limit, the key's limit part and its PlannedLimit, and
 # the LimitSpec's numbers after the key; then the counted limits when every limit applies.
-# Built once per (policy, tier); a plan is then its keys. By id(policy), the entry holding
-# the policy (so its id is not reused).
+# Built once per (policy, tier); a plan is then its keys.
 Rows = tuple[tuple[Limit, str, PlannedLimit, tuple[Any, ...]], ...]
 Template = tuple[Rows, tuple[int, ...]]
-_templates: dict[tuple[int, str | None], tuple[Policy, Template]] = {}
+_templates: PerPolicy[Template] = PerPolicy()
 on_change(_templates.clear)
 
 
@@ -229,9 +228,9 @@ def _counted(planned: Sequence[PlannedLimit | PlannedSlot]) -> tuple[int, ...]:
 
 
 def _template(pol: Policy, tier: str | None) -> Template:
-    found = _templates.get((id(pol), tier))
-    if found is not None and found[0] is pol:
-        return found[1]
+    found = _templates.get(pol, tier)
+    if found is not None:
+        return found
     rows = []
     for limit in pol.limits:
         rate = _rate(limit, tier)
@@ -244,11 +243,7 @@ def _template(pol: Policy, tier: str | None) -> Template:
         else:
             name, tail = limit.name, (rate.interval, burst, mode == "enforce", GCRA, 0, None)
         rows.append((limit, name, PlannedLimit(limit, rate, burst, mode), tail))
-    template = (tuple(rows), _counted([row[2] for row in rows]))
-    if len(_templates) > 1000:  # policies built per call (code, not settings): stay bounded
-        _templates.clear()
-    _templates[(id(pol), tier)] = (pol, template)
-    return template
+    return _templates.put(pol, (tuple(rows), _counted([row[2] for row in rows])), tier)
 
 
 def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, index: overrides.Index) -> Plan:

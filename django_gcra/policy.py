@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -21,7 +21,7 @@ from .rates import Rate, parse_rate
 from .rules import DENY, EXEMPT, RuleSet, parse_rules
 from .validation import is_int, is_number
 
-__all__ = ["BUILTIN_DESCRIPTORS", "Concurrency", "Lease", "Limit", "Policy", "Problem", "build_policy",
+__all__ = ["BUILTIN_DESCRIPTORS", "Concurrency", "Lease", "Limit", "PerPolicy", "Policy", "Problem", "build_policy",
            "parse_policy"]
 
 BUILTIN_DESCRIPTORS = frozenset({"ip", "user", "method", "route"})
@@ -149,6 +149,33 @@ class Policy:
         """The limit's effective mode as configured: shadow if the policy or the limit is."""
         return "shadow" if self.mode == "shadow" or limit.mode == "shadow" else "enforce"
 
+
+
+T = TypeVar("T")
+
+
+class PerPolicy(Generic[T]):
+    """What is built once per ``Policy`` object (and an optional sub-key): one dict lookup by
+    ``id``, each entry holding its policy, so an id is never reused while it is there.
+    Bounded: past ``MAX`` entries (policies built per call, in code) it starts again empty."""
+
+    MAX = 1000
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[int, Any], tuple[Policy, T]] = {}
+
+    def get(self, policy: Policy, sub: Any = None) -> T | None:
+        found = self._found.get((id(policy), sub))
+        return found[1] if found is not None and found[0] is policy else None
+
+    def put(self, policy: Policy, value: T, sub: Any = None) -> T:
+        if len(self._found) >= self.MAX:
+            self._found.clear()
+        self._found[(id(policy), sub)] = (policy, value)
+        return value
+
+    def clear(self) -> None:
+        self._found.clear()
 
 def is_known_descriptor(name: str, custom: Mapping[str, Any]) -> bool:
     if name in BUILTIN_DESCRIPTORS or name in custom:

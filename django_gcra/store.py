@@ -31,7 +31,7 @@ from .backends.clients import Timeouts, build_async_client, build_sync_client, e
 from .backends.cluster import node_of
 from .backends.redis import RedisBackend
 from .conf import generation, get_settings, on_change
-from .policy import Policy
+from .policy import PerPolicy, Policy
 
 __all__ = ["backend_for", "backend_for_plan", "cache_connection", "clocked_backend", "deciding_backend", "endpoint_for",
            "in_event_loop", "limiter_async_client", "limiter_client", "read_guarded", "store_backend"]
@@ -180,31 +180,27 @@ def clocked_backend(alias: str | None = None) -> RedisBackend:
     return backend
 
 
-# id(policy) -> (policy, leases.generation, backend): one dict lookup per plan that has no
-# backend yet (backend_for_plan); the entry holds the policy, so its id is not reused while
-# it is there.
-_for_policy: dict[int, tuple[Policy, int, Backend]] = {}
+# policy -> (leases.generation, backend): one dict lookup per plan that has no backend yet
+# (backend_for_plan).
+_for_policy: PerPolicy[tuple[int, Backend]] = PerPolicy()
 
 
 def backend_for(policy: Policy) -> Backend:
     """The backend that decides ``policy``: the store of its ``cache_alias`` (default
     ``CACHE_ALIAS``), behind local leases when the policy has a ``lease``."""
-    found = _for_policy.get(id(policy))
-    if found is None or found[0] is not policy or found[1] != leases.generation:
+    found = _for_policy.get(policy)
+    if found is None or found[0] != leases.generation:
         found = _built_for(policy)
-    return found[2]
+    return found[1]
 
 
-def _built_for(policy: Policy) -> tuple[Policy, int, Backend]:
+def _built_for(policy: Policy) -> tuple[int, Backend]:
     built_in = leases.generation
     if test_clock.active is None:
         backend = leases.leasing_backend(store_backend(policy.cache_alias), policy)
     else:  # django_gcra.testing.limiter_clock (which moves leases.generation as it starts and stops)
         backend = clocked_backend(policy.cache_alias)
-    if len(_for_policy) > 1000:  # policies built per call (code, not settings): stay bounded
-        _for_policy.clear()
-    found = _for_policy[id(policy)] = (policy, built_in, backend)
-    return found
+    return _for_policy.put(policy, (built_in, backend))
 
 
 def backend_for_plan(p: StoredPlan) -> Backend:
@@ -212,11 +208,11 @@ def backend_for_plan(p: StoredPlan) -> Backend:
     (``p.backend``, read in ``limiter``: valid while ``leases.generation`` is
     ``p.backend_generation``, the one the backend was built in)."""
     policy = p.policy
-    found = _for_policy.get(id(policy))  # backend_for, inline
-    if found is None or found[0] is not policy or found[1] != leases.generation:
+    found = _for_policy.get(policy)
+    if found is None or found[0] != leases.generation:
         found = _built_for(policy)
-    p.backend, p.backend_generation = found[2], found[1]
-    return found[2]
+    p.backend_generation, p.backend = found
+    return found[1]
 
 
 def in_event_loop() -> bool:
