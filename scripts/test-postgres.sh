@@ -10,7 +10,9 @@ scripts/install-system-deps.sh
 scripts/bootstrap.sh
 modules=(tests/test_migrations.py tests/test_overrides.py tests/test_audit.py tests/test_admin.py
          tests/test_console.py tests/test_commands.py tests/test_plane_code_limits.py tests/test_tls_acl.py
-         tests/test_compat_ratelimit.py tests/test_throttling.py tests/test_decorator.py tests/test_admin_browser.py)
+         tests/test_compat_ratelimit.py tests/test_throttling.py tests/test_decorator.py tests/test_admin_browser.py
+         tests/test_override_rules.py tests/test_access.py tests/test_access_plane.py tests/test_toolkit.py
+         tests/test_metered_console.py)
 for arg in "$@"; do
   case "$arg" in tests/*|*.py|*::*) modules=() ;; esac
 done

@@ -360,25 +360,28 @@ class Watcher:
 
 @pytest.mark.slow
 def test_an_access_rule_saved_in_one_process_is_in_force_in_another_within_about_a_second(tmp_path, redis_server):
+    from tests.support.databases import scratch_database
+
     redis_server.client().flushall()
-    config = {"db": str(tmp_path / "db.sqlite3"), "redis": redis_server.url, "gcra": BROWSER_GCRA}
-    run(config, "migrate")
-    watcher = Watcher(config)
-    try:
-        watcher.wait_for("allowed")
-        committed = run(config, "rule-save", json.dumps({"kind": "deny", "descriptor": "tenant", "value": "acme"}))
-        assert watcher.wait_for("blocked") - committed < 2.0
-        committed = run(config, "rule-save", json.dumps({"kind": "exempt", "policy": "browser",
-                                                         "descriptor": "tenant", "value": "acme"}))
-        assert watcher.wait_for("exempt") - committed < 2.0
-        done = subprocess.run([sys.executable, "-m", "tests.support.plane_procs", json.dumps(config), "rule-save",
-                               json.dumps({"kind": "deny", "descriptor": "tenant", "value": "acme",
-                                           "expires_in": 3.0})], cwd=ROOT, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr[-3000:]
-        expires = float(done.stdout.split("expires ")[1].split()[0])
-        committed = float(done.stdout.split("committed ")[1].split()[0])
-        assert watcher.wait_for("blocked") - committed < 2.0
-        lifted = watcher.wait_for("allowed")  # expired: no save needed
-        assert expires <= lifted < expires + 0.5
-    finally:
-        watcher.stop()
+    with scratch_database(tmp_path) as db:  # SQLite, or PostgreSQL with DATABASE_URL
+        config = {"db": db, "redis": redis_server.url, "gcra": BROWSER_GCRA}
+        run(config, "migrate")
+        watcher = Watcher(config)
+        try:
+            watcher.wait_for("allowed")
+            committed = run(config, "rule-save", json.dumps({"kind": "deny", "descriptor": "tenant", "value": "acme"}))
+            assert watcher.wait_for("blocked") - committed < 2.0
+            committed = run(config, "rule-save", json.dumps({"kind": "exempt", "policy": "browser",
+                                                             "descriptor": "tenant", "value": "acme"}))
+            assert watcher.wait_for("exempt") - committed < 2.0
+            done = subprocess.run([sys.executable, "-m", "tests.support.plane_procs", json.dumps(config), "rule-save",
+                                   json.dumps({"kind": "deny", "descriptor": "tenant", "value": "acme",
+                                               "expires_in": 3.0})], cwd=ROOT, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr[-3000:]
+            expires = float(done.stdout.split("expires ")[1].split()[0])
+            committed = float(done.stdout.split("committed ")[1].split()[0])
+            assert watcher.wait_for("blocked") - committed < 2.0
+            lifted = watcher.wait_for("allowed")  # expired: no save needed
+            assert expires <= lifted < expires + 0.5
+        finally:
+            watcher.stop()
