@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from .headers import quota_headers
 from .rates import Rate
 
-__all__ = ["OUTCOMES", "Decision", "LimitState", "outcome_of"]
+__all__ = ["OUTCOMES", "Decision", "LimitState", "admitted", "outcome_of"]
 
 
 class LimitState(NamedTuple):
@@ -130,6 +130,20 @@ def check_actual(actual: object) -> None:
         raise TypeError(f"actual must be an int, not {type(actual).__name__}")
     if actual < 0:
         raise ValueError(f"actual must be >= 0, not {actual}")
+
+
+_new = tuple.__new__
+
+
+def admitted(remaining: int, limit: str, policy: str, cost: int, reset_after: float, state: LimitState,
+             descriptors: Mapping[str, str], settlement: Any) -> Decision:
+    """``Decision(allowed=True, retry_after=0.0, remaining=remaining, limit=limit,
+    policy=policy, cost=cost, reset_after=reset_after, limits=(state,),
+    descriptors=descriptors, settlement=settlement)``: a plain admission of one limit, the
+    hot path, built with every field in order (a named tuple's keyword ``__new__`` costs
+    about 0.8 us more; tests/test_decide.py proves the two equal, field by field)."""
+    return _new(Decision, (True, 0.0, remaining, limit, policy, cost, False, False, False, reset_after, 0.0, (state,),
+                           descriptors, 0.0, False, None, False, False, False, settlement))
 
 
 #: Every outcome label. ``fallback_*`` and ``unavailable`` (on_failure="closed") are

@@ -20,7 +20,7 @@ from .algorithm import ALLOWED
 from .backends import BackendError, Outcome
 from .backends.base import Served
 from .conf import get_settings
-from .decision import Decision, LimitState
+from .decision import Decision, LimitState, admitted
 from .fallback import UNAVAILABLE, on_failure
 from .overrides import cache as plane
 from .plan import Plan, get_policy, plan
@@ -157,11 +157,15 @@ def _finish(p: Plan, outcome: Outcome | Served | object | None, request: HttpReq
         state = _new(LimitState, (limit.name, rate, pl.burst, least, reset, pl.mode, limit.algorithm))
         allowed = enforced == ALLOWED
         if allowed and would == ALLOWED:
-            decision = Decision(allowed=True, retry_after=0.0, remaining=least, limit=limit.name,
-                                policy=p.policy.name, cost=p.cost, fallback=fallback, reset_after=reset,
-                                limits=(state,), descriptors=p.descriptors, waited=waited / 1e6, slots=slots,
-                                settlement=None if fallback else [SETTLERS, p, at])
-            plain = not (fallback or waited)
+            plain = not (fallback or waited or slots)
+            if plain:  # the hot path: Decision.admitted, the checked fast constructor
+                decision = admitted(least, limit.name, p.policy.name, p.cost, reset, state, p.descriptors,
+                                    [SETTLERS, p, at])
+            else:
+                decision = Decision(allowed=True, retry_after=0.0, remaining=least, limit=limit.name,
+                                    policy=p.policy.name, cost=p.cost, fallback=fallback, reset_after=reset,
+                                    limits=(state,), descriptors=p.descriptors, waited=waited / 1e6, slots=slots,
+                                    settlement=None if fallback else [SETTLERS, p, at])
         else:
             retry = math.inf if retry_after is None else retry_after / 1e6
             decision = Decision(allowed=allowed, retry_after=0.0 if allowed else retry, remaining=least,

@@ -46,6 +46,20 @@ def test_decision_fields():
     assert decision.descriptors == {"ip": "1.2.3.4"}
 
 
+def test_the_fast_admitted_constructor_equals_the_keyword_one():
+    from django_gcra.decision import LimitState, admitted
+    from django_gcra.rates import Rate
+
+    state = LimitState("ip", Rate(5, 60), 2, 1, 12.5, "enforce", "gcra")
+    settlement = ["settlers", "plan", 7]
+    fast = admitted(1, "ip", "login", 3, 12.5, state, {"ip": "a"}, settlement)
+    slow = Decision(allowed=True, retry_after=0.0, remaining=1, limit="ip", policy="login", cost=3, reset_after=12.5,
+                    limits=(state,), descriptors={"ip": "a"}, settlement=settlement)
+    assert len(fast) == len(Decision._fields)
+    assert {f: getattr(fast, f) for f in Decision._fields} == {f: getattr(slow, f) for f in Decision._fields}
+    assert fast == slow and type(fast) is Decision
+
+
 async def test_adecide_on_fakeredis_offloads_to_a_thread():
     from django_gcra import adecide
     from django_gcra.store import limiter_async_client
