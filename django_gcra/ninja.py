@@ -18,9 +18,11 @@ tiers and overrides (``cost``: an int or a callable of the request).
 Every decision goes through ``decide()``: failure policy, shadow mode, overrides, the
 audit trail, metrics and the ``decision`` signal are the same as for every other surface,
 and ``request.ratelimit`` holds the decision. ninja renders a throttle's denial itself
-(its ``Throttled`` exception handler); ``install(api)`` makes that response the project's
-429 (JSON body, quota headers; a 503 when a ``closed`` policy cannot reach its store) and
-adds the quota headers to the API's other responses.
+(its ``Throttled`` exception handler); the first denial of a throttle here, in a request
+routed by Django's URLconf, hands the ``NinjaAPI`` that serves it the project's handler
+(``adopt``), so the denial is the project's 429 (JSON body, quota headers; a 503 when a
+``closed`` policy cannot reach its store) with nothing to call. ``install(api)`` does that
+up front and also adds the quota headers to the API's other responses.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from .policy import Policy
 from .surface import cost_of, record
 
 __all__ = ["AnonRateThrottle", "AuthRateThrottle", "PolicyThrottle", "SimpleRateThrottle", "Throttled",
-           "UserRateThrottle", "install"]
+           "UserRateThrottle", "adopt", "install"]
 
 MAX_LIMIT_NAME = 58  # a policy name ("ninja." + the limit's) has at most 64 characters
 
@@ -84,6 +86,8 @@ class _GCRADecided:
     def _decide(self, request: HttpRequest, policy: Policy, descriptors: Mapping[str, Any], cost: int = 1) -> bool:
         decision = record(request, decide(policy, descriptors, cost, request=request))
         self._local().decision = decision
+        if not decision.allowed:
+            adopt(request)  # (before ninja looks up its Throttled handler for this very denial)
         return decision.allowed
 
     def _forget(self) -> None:
@@ -213,17 +217,38 @@ class PolicyThrottle(_GCRADecided, throttling.BaseThrottle):
 # -- The project's responses on a NinjaAPI ---------------------------------------------------
 
 
-def install(api: Any) -> Any:
-    """Make ``api`` (a ``NinjaAPI``) answer its throttles' denials with the project's 429 (or
-    503) and add the quota headers to its other responses. Call it before the API's URLs
-    are built (``api.urls``); returns ``api``.
+def _api_serving(request: HttpRequest) -> Any | None:
+    """The ``NinjaAPI`` whose operation serves ``request``: its URL pattern's view belongs to
+    a ninja ``PathView`` (a closure over it, or a bound method of it in older releases); None
+    when the request was not routed by Django's URLconf (ninja's ``TestClient``)."""
+    func = getattr(getattr(request, "resolver_match", None), "func", None)
+    view = getattr(func, "__self__", None)
+    if view is None:
+        for cell in getattr(func, "__closure__", None) or ():
+            try:
+                contents = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if hasattr(contents, "operations"):
+                view = contents
+                break
+    for operation in getattr(view, "operations", None) or ():
+        api = getattr(operation, "api", None)
+        if api is not None:
+            return api
+    return None
 
-    The denial: ``DENIED_VIEW`` if set, else the JSON body ``{"error", "message",
-    "retry_after_seconds"}`` with ``Retry-After`` and the quota headers, whenever a throttle
-    of this module denied the request; a denial by any other throttle keeps ninja's
-    response. The quota headers of allowed responses need django-ninja >= 1.5
-    (``add_decorator``); on older releases only the denials carry them.
-    """
+
+def adopt(request: HttpRequest) -> None:
+    """Give the ``NinjaAPI`` serving ``request`` the project's ``Throttled`` handler, once
+    (``install`` without the quota headers of allowed responses, which ninja builds into
+    its views up front)."""
+    api = _api_serving(request)
+    if api is not None and not getattr(api, "_gcra_throttled", False):
+        _handle_throttled(api)
+
+
+def _handle_throttled(api: Any) -> None:
     lookup = getattr(api, "_lookup_exception_handler", None)  # the handler in place: ninja's, or the user's
     default = lookup(Throttled(wait=None)) if lookup is not None else None
 
@@ -236,6 +261,22 @@ def install(api: Any) -> Any:
         return api.create_response(request, {"detail": str(exc)}, status=exc.status_code)
 
     api.add_exception_handler(Throttled, throttled)
+    api._gcra_throttled = True
+
+
+def install(api: Any) -> Any:
+    """Make ``api`` (a ``NinjaAPI``) answer its throttles' denials with the project's 429 (or
+    503) and add the quota headers to its other responses. Call it before the API's URLs
+    are built (``api.urls``); returns ``api``.
+
+    The denial: ``DENIED_VIEW`` if set, else the JSON body ``{"error", "message",
+    "retry_after_seconds"}`` with ``Retry-After`` and the quota headers, whenever a throttle
+    of this module denied the request; a denial by any other throttle keeps ninja's
+    response. The quota headers of allowed responses need django-ninja >= 1.5
+    (``add_decorator``); on older releases only the denials carry them.
+    """
+    if not getattr(api, "_gcra_throttled", False):
+        _handle_throttled(api)
     if hasattr(api, "add_decorator"):
         api.add_decorator(quota_headers, mode="view")
     return api

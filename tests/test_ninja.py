@@ -98,13 +98,16 @@ def test_anon_throttle_skips_authenticated_requests_and_user_throttle_keys_by_pk
     assert bob.get("/api/both").status_code == 200  # his own pk, his own bucket
 
 
-def test_without_install_ninjas_own_429_carries_the_exact_retry_after():
+def test_without_install_a_denial_is_the_projects_429_too():
+    """A NinjaAPI nobody called install() on: its first denial by a throttle here gives it
+    the project's handler, so the 429 has the JSON body and the quota headers (its allowed
+    responses carry none: ninja builds its views' decorators up front)."""
     client = Client()
     assert [client.get("/plain/plain").status_code for _ in range(2)] == [200, 200]
     denied = client.get("/plain/plain")
-    assert denied.status_code == 429 and denied.json() == {"detail": "Too many requests."}
     assert denied["Retry-After"] == str(math.ceil(denied.wsgi_request.ratelimit.retry_after))
-    assert "X-RateLimit-Limit" not in denied
+    assert_exact_denial(denied, "anon", 2)
+    assert "X-RateLimit-Limit" not in Client(REMOTE_ADDR="10.9.9.9").get("/plain/plain")
 
 
 def test_policy_throttle_decides_the_configured_policy_with_its_cost():

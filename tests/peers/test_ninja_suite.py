@@ -40,12 +40,17 @@ _IMPORT = re.compile(r"from ninja\.throttling import \((?P<names>[^)]*)\)")
 
 # test -> why it fails against django_gcra.ninja (each one also in the migration guide)
 EXPECTED_FAILURES = {
-    "test_global_throttling": "moves the throttle's mocked timer 2 s ahead and expects a new request to pass: "
-                              "time is Redis's, and no request passes before the 1/s interval really elapsed",
+    "test_global_throttling": "asserts the body of ninja's own 429 and moves the throttle's mocked timer 2 s ahead, "
+                              "expecting a new request to pass: time is Redis's, and no request passes before the "
+                              "1/s interval really elapsed",
     "test_throttle_anon": "asserts wait() == 1.0 after an admitted request (ninja's estimate of the next "
                           "slot): wait() answers only for a denied request, None otherwise",
     "test_throttle_auth": "moves the mocked timer 2 s ahead and expects a new request to pass",
     "test_throttle_user": "moves the mocked timer 2 s ahead and expects a new request to pass",
+    "test_operation_throttling": "asserts the body of ninja's own 429 ({'detail': 'Too many requests.'}); a denial "
+                                 "here is the project's 429 everywhere (error, message, retry_after_seconds)",
+    "test_router_throttling": "asserts the body of ninja's own 429, as test_operation_throttling",
+    "test_router2_throttling": "asserts the body of ninja's own 429, as test_operation_throttling",
     "test_wait": "asserts wait() == 60 for the 6th request at 5/m (ninja's window frees a slot 60 s after the "
                  "first request); GCRA refills one unit every 12 s, so the exact wait is 12 s. It then moves the "
                  "mocked timer and sets the request history by hand, which a Redis-backed throttle has not",
