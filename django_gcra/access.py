@@ -1,10 +1,10 @@
 """Exemptions and deny lists on the decision path: ``check`` / ``acheck``, called by
 ``decide()`` / ``adecide()`` before any plan or store call while some rule may be in force
-(``overrides.cache.ruled``: one attribute test when there is none).
+(the engine's ``OverrideCache.ruled``: one attribute test when there is none).
 
 The rules of a decision on policy P: ``EXEMPT``/``DENY`` (every policy), P's own
 ``exempt``/``deny``, and the ``AccessRule`` rows of every policy and of P (kept in memory
-by ``overrides.cache``, reloaded on its version stamp: no database query here). Deny rules
+by the engine's ``OverrideCache``, reloaded on its version stamp: no database query here). Deny rules
 are checked first, then exempt rules. A match is answered at once, without the store:
 
 - deny: ``allowed=False, blocked=True`` (the surfaces answer 403);
@@ -32,11 +32,9 @@ from typing import Any
 from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.http import HttpRequest
 
-from . import conf
-from .conf import get_settings
 from .decision import Decision
 from .identity import adescriptors_for, client_address, descriptors_for, resolve_custom
-from .overrides import cache
+from .overrides import OverrideCache
 from .plan import bad_cost, bad_descriptor, get_policy, missing_descriptor
 from .policy import Policy
 from .rules import DENY, EXEMPT, RuleSet, as_address
@@ -46,21 +44,21 @@ from .signals import notable_observers, observers
 __all__ = ["acheck", "check", "rule_sets"]
 
 
-def rule_sets(pol: Policy) -> list[RuleSet]:
-    """Every source of rules for ``pol`` (the settings', its own, the rows'), reloading the
-    rows first when their refresh is due (``overrides.cache``: in the background)."""
-    settings = conf.standing or get_settings()
-    if time.monotonic() >= cache.next_check:
-        cache.get()
-    table = cache.access
+def rule_sets(plane: OverrideCache, pol: Policy) -> list[RuleSet]:
+    """Every source of rules for ``pol`` (the settings', its own, the rows' that ``plane``
+    holds), reloading the rows first when their refresh is due (in the background)."""
+    settings = plane.settings
+    if time.monotonic() >= plane.next_check:
+        plane.get()
+    table = plane.access
     found = [settings.access, pol.access, table.get(""), table.get(pol.name)]
     return [rules for rules in found if rules]
 
 
-def check(policy: str | Policy, descriptors: Mapping[str, Any], cost: int,
+def check(plane: OverrideCache, policy: str | Policy, descriptors: Mapping[str, Any], cost: int,
           request: HttpRequest | None) -> Decision | None:
     """The blocked or exempt decision when a rule matches; None otherwise (``decide`` goes on)."""
-    pol, sets, names = _prepare(policy, descriptors, cost)
+    pol, sets, names = _prepare(plane, policy, descriptors, cost)
     if not sets:
         return None
     values = _strings({name: descriptors[name] for name in pol.descriptors | names if name in descriptors})
@@ -82,12 +80,12 @@ def check(policy: str | Policy, descriptors: Mapping[str, Any], cost: int,
     return None
 
 
-async def acheck(policy: str | Policy, descriptors: Mapping[str, Any], cost: int,
+async def acheck(plane: OverrideCache, policy: str | Policy, descriptors: Mapping[str, Any], cost: int,
                  request: HttpRequest | None) -> Decision | None:
     """``check`` for ``adecide``: descriptors of the request are read with
     ``adescriptors_for`` and async callables are awaited (sync ones are called directly:
     like a descriptor callable, they must not do I/O)."""
-    pol, sets, names = _prepare(policy, descriptors, cost)
+    pol, sets, names = _prepare(plane, policy, descriptors, cost)
     if not sets:
         return None
     values = _strings({name: descriptors[name] for name in pol.descriptors | names if name in descriptors})
@@ -109,12 +107,11 @@ async def acheck(policy: str | Policy, descriptors: Mapping[str, Any], cost: int
     return None
 
 
-def _prepare(policy: str | Policy, descriptors: Mapping[str, Any],
+def _prepare(plane: OverrideCache, policy: str | Policy, descriptors: Mapping[str, Any],
              cost: int) -> tuple[Policy, list[RuleSet], frozenset[str]]:
     """The policy, its rule sets and the descriptors they match on, after the checks
     ``plan`` makes of the call (a call in error raises whether or not a rule matches)."""
-    settings = conf.standing or get_settings()
-    pol = settings.policies.get(policy) if type(policy) is str else None
+    pol = plane.settings.policies.get(policy) if type(policy) is str else None
     if pol is None:
         pol = get_policy(policy)
     if type(cost) is not int or cost < 0:
@@ -122,7 +119,7 @@ def _prepare(policy: str | Policy, descriptors: Mapping[str, Any],
     for name in pol.descriptors:
         if name not in descriptors:
             raise missing_descriptor(pol, name)
-    sets = rule_sets(pol)
+    sets = rule_sets(plane, pol)
     return pol, sets, frozenset().union(*(rules.names for rules in sets))
 
 

@@ -18,7 +18,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from . import catalog, overrides
+from . import catalog, invalidation
 from .dashboard import dashboard, reset_key
 from .forms import AccessRuleForm, LimitOverrideForm, configured
 from .models import AccessRule, AuditEvent, Dashboard, LimitOverride
@@ -95,7 +95,7 @@ def _bulk(description: str, **changes: Any) -> Any:
 
     def action(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
         count = queryset.update(changed_by=request.user, updated_at=timezone.now(), **changes)
-        overrides.invalidate()
+        invalidation.invalidate()
         modeladmin.message_user(request, ngettext("%d override updated.", "%d overrides updated.", count) % count,
                                 messages.SUCCESS)
 

@@ -11,15 +11,15 @@ class DjangoGCRAConfig(AppConfig):
     def ready(self) -> None:
         # The system checks; override and access rule invalidation; and the observers of every decision
         # (the audit trail and metrics; the limiter knows neither).
-        from . import audit, checks, metrics, otel, overrides, regions, tally  # noqa: F401
+        from . import audit, checks, invalidation, metrics, otel, regions, tally  # noqa: F401
         from .signals import notable_observers, observers
 
         override_model = self.get_model("LimitOverride")
-        post_save.connect(overrides.on_override_change, sender=override_model, dispatch_uid="gcra_override_save")
-        post_delete.connect(overrides.on_override_change, sender=override_model, dispatch_uid="gcra_override_delete")
+        post_save.connect(invalidation.on_override_change, sender=override_model, dispatch_uid="gcra_override_save")
+        post_delete.connect(invalidation.on_override_change, sender=override_model, dispatch_uid="gcra_override_delete")
         rule_model = self.get_model("AccessRule")  # the same stamp: the rules reload with the overrides
-        post_save.connect(overrides.on_override_change, sender=rule_model, dispatch_uid="gcra_access_rule_save")
-        post_delete.connect(overrides.on_override_change, sender=rule_model, dispatch_uid="gcra_access_rule_delete")
+        post_save.connect(invalidation.on_override_change, sender=rule_model, dispatch_uid="gcra_access_rule_save")
+        post_delete.connect(invalidation.on_override_change, sender=rule_model, dispatch_uid="gcra_access_rule_delete")
         observers[:] = [tally.on_decision]
         regions.observe_demand()  # and a region's demand, first, while REGIONS is set
         notable_observers[:] = [audit.on_decision, metrics.on_decision]

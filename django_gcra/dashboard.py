@@ -19,8 +19,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from . import catalog, fallback, tally
+from .engine import current
 from .forms import configured
-from .limiter import backend_for, plan
 from .models import AuditEvent, LimitOverride
 from .override_rules import override_problem
 from .reset import reset
@@ -129,11 +129,12 @@ def quota_now(row: dict[str, Any]) -> str:
         return ""
     values: dict[str, Any] = {name: found.get(name) for name in config.descriptors}
     try:
-        p = plan(config, values, 0)
+        engine = current()
+        p = engine.plan(config, values, 0)
         index = next((i for i, planned in enumerate(p.limits) if planned.limit.name == row["limit"]), None)
         if index is None:
             return ""
-        outcome = backend_for(config).evaluate(p.specs, 0)
+        outcome = engine.backend_for(config).evaluate(p.specs, 0)
     except Exception as exc:  # the page stays up; the cell says why
         return f"? ({type(exc).__name__})"
     left, burst = outcome.remaining[index], p.limits[index].burst

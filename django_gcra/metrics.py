@@ -22,14 +22,24 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import otel
-from .backends.slots import stats as slot_stats
+from . import engine, otel
+from .backends.slots import SlotStats
 from .decision import OUTCOMES, Decision, outcome_of
-from .settling import stats as settle_stats
 
 __all__ = ["AVAILABLE", "OUTCOMES", "count_decisions_from", "export", "forget_exported", "on_decision", "outcome_of"]
 
 logger = logging.getLogger("django_gcra")
+
+
+def _slots() -> dict[str, int]:
+    """The slot counters of the engine in force (none before the first decision)."""
+    running = engine.running
+    return SlotStats.none() if running is None else running.slots.stats.snapshot()
+
+
+def _settles() -> dict[tuple[str, str], int]:
+    running = engine.running
+    return {} if running is None else running.settler.stats.snapshot()
 
 try:
     import prometheus_client
@@ -96,7 +106,7 @@ class SlotCollector:
     def collect(self) -> Any:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        snap = slot_stats.snapshot()
+        snap = _slots()
         yield GaugeMetricFamily("django_gcra_concurrency_slots_held", "Concurrency slots this process holds now.",
                                 value=snap["held"])
         for name, doc in SLOT_COUNTERS.items():
@@ -119,7 +129,7 @@ class SettleCollector:
         family = CounterMetricFamily("django_gcra_settles", "Metered costs settled after the response, by policy "
                                      "and outcome (applied; failed: logged, never failing the response).",
                                      labels=("policy", "outcome"))
-        for (policy, outcome), total in sorted(settle_stats.snapshot().items()):
+        for (policy, outcome), total in sorted(_settles().items()):
             family.add_metric((policy, outcome), total)
         yield family
 

@@ -36,7 +36,8 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from .backends.slots import stats as slot_stats
+from . import engine
+from .backends.slots import SlotStats
 from .conf import on_change, otel_installed
 from .decision import Decision, outcome_of
 from .signals import notable_observers, observers
@@ -45,6 +46,12 @@ __all__ = ["audit_dropped", "audit_failed", "count_decisions_from", "enabled", "
            "on_notable"]
 
 logger = logging.getLogger("django_gcra")
+
+
+def _slots() -> dict[str, int]:
+    """The slot counters of the engine in force (none before the first decision)."""
+    running = engine.running
+    return SlotStats.none() if running is None else running.slots.stats.snapshot()
 
 SLOT_FIELDS = ("acquired", "released", "refused", "expired", "abandoned", "release_failures")
 
@@ -114,7 +121,7 @@ def _slots_held(options: Any) -> Iterator[Any]:
     if enabled():
         from opentelemetry.metrics import Observation
 
-        yield Observation(slot_stats.snapshot()["held"])
+        yield Observation(_slots()["held"])
 
 
 def _slot_counter(field: str) -> Callable[[Any], Iterator[Any]]:
@@ -122,7 +129,7 @@ def _slot_counter(field: str) -> Callable[[Any], Iterator[Any]]:
         if enabled():
             from opentelemetry.metrics import Observation
 
-            yield Observation(slot_stats.snapshot()[field])
+            yield Observation(_slots()[field])
 
     return observe_slots
 

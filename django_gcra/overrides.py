@@ -22,22 +22,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections
 
 from . import catalog
-from .conf import get_settings, on_change
+from .conf import Settings, get_settings
 from .override_rules import override_problem
 from .policy import Limit, Policy, is_known_descriptor
 from .rates import Rate, parse_rate
 from .rules import KINDS, NEVER, RuleSet
-from .store import cache_connection, in_event_loop, read_guarded
-from .worker import Worker, after_fork
+from .store import in_event_loop
+from .worker import Worker
 
-__all__ = ["apply_override", "cache", "invalidate", "load_access", "version_key"]
+__all__ = ["OverrideCache", "apply_override", "find", "load_access", "load_index", "version_key"]
 
 logger = logging.getLogger("django_gcra")
 
@@ -64,14 +63,17 @@ Shape = tuple[tuple[str, ...], dict[tuple[str, ...], list[Compiled]]]
 Index = dict[str, dict[str, list[Shape]]]
 
 
-def version_key() -> str:
-    return f"{get_settings().prefix}:overrides:version"
+def version_key(settings: Settings | None = None) -> str:
+    """The key of the version stamp every change of the policy plane bumps."""
+    return f"{(settings or get_settings()).prefix}:overrides:version"
 
 
 class OverrideCache:
     """The process-local overrides and access rules, and the logic deciding when to reload them."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Settings, read: Callable[[str], bytes | None]) -> None:
+        self.settings = settings
+        self.read = read  # GET with the limiter's timeouts, not while the circuit is open (Stores.read_guarded)
         self.index: Index = {}
         self.access: dict[str, RuleSet] = {}  # AccessRule rows by policy ("": every policy)
         # Whether any exempt or deny rule may be in force (settings or rows): decide()'s one
@@ -81,26 +83,16 @@ class OverrideCache:
         self.version: bytes | None = None
         self.next_check = 0.0  # monotonic
         self.failing = False
-        self.generation = self.loaded_generation = 0  # expire() moves the first; a load takes it
+        self.expired = self.loaded_expired = 0  # expire() moves the first; a load takes it
         self.worker = Worker("overrides", self._refresh_step, first=None)
-        self.forget_locks()
-
-    def forget_locks(self) -> None:
-        """Fresh locks (a forked child: a refresh in flight in its parent is not its own)."""
         self.due_lock = threading.Lock()  # held while a lookup decides whether a refresh is due
         self.lock = threading.Lock()  # held by the one refresh in flight
         self.idle = threading.Event()  # set while no refresh is asked for or in flight
         self.idle.set()
 
-    def reset(self) -> None:
-        """Forget everything: the next lookup reloads (settings changed, tests)."""
-        self.join(5)
-        self.index, self.loaded_at, self.version, self.next_check, self.failing = {}, None, None, 0.0, False
-        self.access, self.ruled = {}, True
-
     def expire(self) -> None:
         """Reload at the next lookup (and again if a load in flight began before this call)."""
-        self.generation += 1
+        self.expired += 1
         self.loaded_at, self.next_check = None, 0.0
 
     def join(self, timeout: float) -> bool:
@@ -113,13 +105,13 @@ class OverrideCache:
         if self.due_lock.acquire(blocking=False):
             try:
                 if time.monotonic() >= self.next_check:  # (not another thread's refresh just asked for)
-                    self.next_check = time.monotonic() + get_settings().override_refresh
+                    self.next_check = time.monotonic() + self.settings.override_refresh
                     self.idle.clear()
                     self.worker.wake()
             finally:
                 self.due_lock.release()
         if self.loaded_at is None and not self.failing and not in_event_loop():
-            self.idle.wait(get_settings().timeout)  # a process's first load: bounded by TIMEOUT
+            self.idle.wait(self.settings.timeout)  # a process's first load: bounded by TIMEOUT
         return self.index
 
     def _refresh_step(self) -> None:
@@ -140,20 +132,24 @@ class OverrideCache:
         try:
             self.loaded_at = None
             self.refresh()
-            self.next_check = time.monotonic() + get_settings().override_refresh
+            self.next_check = time.monotonic() + self.settings.override_refresh
         finally:
             self.lock.release()
 
+    def close(self) -> None:
+        """Stop the refresh thread, without a last refresh (the engine is retired)."""
+        self.worker.stop(last_step=False)
+
     def refresh(self) -> None:
         try:
-            version = read_guarded(version_key())
+            version = self.read(version_key(self.settings))
             stamp_ok = True
         except Exception as exc:  # Redis down: rely on the TTL
             logger.debug("django_gcra: override version unreadable: %s", exc)
             version, stamp_ok = None, False
-        generation = self.generation
-        stale = (self.loaded_at is None or generation != self.loaded_generation
-                 or time.monotonic() - self.loaded_at > get_settings().override_ttl)
+        expired = self.expired
+        stale = (self.loaded_at is None or expired != self.loaded_expired
+                 or time.monotonic() - self.loaded_at > self.settings.override_ttl)
         if not stale and stamp_ok and version == self.version:
             return
         try:
@@ -166,12 +162,12 @@ class OverrideCache:
                 logger.warning("django_gcra: could not load limit overrides and access rules (keeping %d, %d): %s",
                                len(self.index), len(self.access), exc)
             self.failing = True
-            self.ruled = bool(self.access) or get_settings().ruled  # (the rules kept, and the settings')
+            self.ruled = bool(self.access) or self.settings.ruled  # (the rules kept, and the settings')
             return
         self.index, self.access, self.version, self.loaded_at, self.failing = (
             index, access, version, time.monotonic(), False)
-        self.ruled = bool(access) or get_settings().ruled
-        self.loaded_generation = generation
+        self.ruled = bool(access) or self.settings.ruled
+        self.loaded_expired = expired
 
 
 def load_index() -> Index:
@@ -233,14 +229,12 @@ def find(index: Index, policy: str, limit: str, values: Mapping[str, str], now: 
     return None
 
 
-cache = OverrideCache()
-after_fork(cache.forget_locks)
 
 
 def apply_override(index: Index, policy: Policy, limit: Limit, values: Mapping[str, str], rate: Rate, burst: int,
                    mode: str) -> tuple[Rate, int, str] | None:
     """The (rate, burst, mode) in force for this limit and these descriptor values, given
-    the overrides ``index`` (``cache.get()``); None when an override turns the limit off."""
+    the overrides ``index`` (``OverrideCache.get()``); None when an override turns the limit off."""
     found = find(index, policy.name, limit.name, values, time.time())
     if found is None:
         return rate, burst, mode
@@ -256,28 +250,3 @@ def apply_override(index: Index, policy: Policy, limit: Limit, values: Mapping[s
     elif found.rate is not None:
         burst = limit.burst_for(new_rate)
     return new_rate, burst, found.mode
-
-
-def invalidate() -> None:
-    """Make every process reload the overrides once the current transaction commits."""
-    transaction.on_commit(_bump)
-
-
-def _bump() -> None:
-    try:
-        cache.reload_now()
-    except Exception as exc:  # the next refresh retries
-        logger.warning("django_gcra: could not reload the overrides after a change: %s", exc)
-    try:
-        cache_connection().incr(version_key())
-    except Exception as exc:  # other processes will see the change within OVERRIDE_TTL
-        logger.warning("django_gcra: could not bump the override version in Redis: %s", exc)
-
-
-def on_override_change(sender: Any, **kwargs: Any) -> None:
-    """post_save / post_delete receiver for ``LimitOverride`` and ``AccessRule`` (connected in apps.py)."""
-    invalidate()
-
-
-on_change(cache.reset)
-catalog.listeners.append(cache.expire)  # a new code policy: its overrides join the index

@@ -1,8 +1,8 @@
 """Planning a decision: policy -> the limits in force (tier, overrides, mode) -> keys.
 
-``plan()`` validates the caller's input and returns what one decision will ask of the
-store. Plans of policies without overrides are memoized (``PlanMemo``), so a hot key's
-plan is built once.
+``Planner.plan()`` validates the caller's input and returns what one decision will ask
+of which backend. Plans of policies without overrides are memoized (``PlanMemo``), so a
+hot key's plan is built once. The engine (``engine.py``) owns one ``Planner``.
 """
 
 from __future__ import annotations
@@ -12,16 +12,19 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from . import conf, overrides, regions
+from . import regions
 from .algorithm import ALGORITHMS, CONCURRENCY, GCRA, QUOTA, SLIDING_LOG, SLIDING_WINDOW
-from .backends import LimitSpec
-from .conf import get_settings, on_change
+from .backends import Backend, LimitSpec
+from .conf import Settings, get_settings
 from .keys import build_key, escape
+from .overrides import Index, OverrideCache, apply_override
+from .overrides import find as find_override
 from .policy import Concurrency, Limit, PerPolicy, Policy
 from .rates import Rate
+from .regions import ShareState
 
-__all__ = ["Plan", "PlanMemo", "PlannedLimit", "PlannedSlot", "bad_cost", "bad_descriptor", "get_policy",
-           "missing_descriptor", "plan", "stored_keys"]
+__all__ = ["Plan", "PlanMemo", "PlannedLimit", "PlannedSlot", "Planner", "bad_cost", "bad_descriptor", "get_policy",
+           "missing_descriptor", "stored_keys"]
 
 
 def get_policy(policy: str | Policy) -> Policy:
@@ -63,26 +66,21 @@ class PlannedSlot:
 
 
 class Plan:
-    """What one decision will ask of the backend: the rate limits' specs first, then the
-    concurrency limits' (``slots``). Plain data, immutable by convention but for the backend
-    a memoized plan keeps for its next decision (``store.backend_for_plan``). A class with slots, not a
-    named tuple: a memoized plan is read a dozen times per decision, and reading a slot
-    costs a third of reading a named tuple's field."""
+    """What one decision will ask of which backend: the rate limits' specs first, then the
+    concurrency limits' (``slots``). Plain data, never written once built. A class with
+    slots, not a named tuple: a memoized plan is read a dozen times per decision, and
+    reading a slot costs a third of reading a named tuple's field."""
 
-    __slots__ = ("backend", "backend_generation", "cost", "counted", "descriptors", "limits", "policy",
-                 "slots", "specs")
+    __slots__ = ("backend", "cost", "counted", "descriptors", "limits", "policy", "slots", "specs")
 
     def __init__(self, policy: Policy, cost: int, limits: tuple[PlannedLimit, ...], specs: tuple[LimitSpec, ...],
                  descriptors: Mapping[str, str], counted: tuple[int, ...] = (),
-                 slots: tuple[PlannedSlot, ...] = ()) -> None:
+                 slots: tuple[PlannedSlot, ...] = (), backend: Backend | None = None) -> None:
         self.policy, self.cost, self.limits, self.specs = policy, cost, limits, specs
         self.descriptors = descriptors
         self.counted = counted  # the limits a client is told about: the enforced ones, else all
         self.slots = slots  # the concurrency limits, after the rate limits in specs
-        # The backend it was decided on, and leases.generation then (store.backend_for_plan;
-        # two slots, not a tuple: no object kept per plan for the garbage collector to scan).
-        self.backend: Any = None
-        self.backend_generation = -1
+        self.backend: Any = backend  # the backend that decides it (its policy's, Planner.backend_for)
 
     def __repr__(self) -> str:
         return f"Plan(policy={self.policy.name!r}, cost={self.cost}, specs={self.specs!r})"
@@ -147,51 +145,6 @@ def stored_keys(pol: Policy, values: Mapping[str, str], limits: Sequence[Limit |
     return found
 
 
-_plans = PlanMemo()
-on_change(_plans.clear)
-regions.state.listeners.append(_plans.clear)  # new shares: new specs
-
-
-def plan(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) -> Plan:
-    """Resolve the policy's limits for these descriptors; raise on bad input."""
-    settings = conf.standing or get_settings()  # (the settings without a call, while they stand)
-    pol = settings.policies.get(policy) if type(policy) is str else None
-    if pol is None:
-        pol = get_policy(policy)  # a Policy as it is; else the KeyError that names the configured policies
-    if type(cost) is not int or cost < 0:  # bool, a subclass of int, is refused too
-        raise bad_cost(cost)
-    tier = descriptors.get("tier")
-    tier = None if tier is None else str(tier)
-    memo_key: list[Any] = [pol.name, cost, tier]
-    for name in pol.descriptors:
-        try:
-            value = descriptors[name]
-        except KeyError:
-            raise missing_descriptor(pol, name) from None
-        if value is not None and type(value) is not str:
-            if type(value) is not int:
-                raise bad_descriptor(name, value)
-            value = str(value)
-        memo_key.append(value)
-    if settings.regions is not None:
-        shares = regions.tick()  # the share table's version
-        if shares is not None:
-            memo_key.append(shares)
-    cache = overrides.cache  # its fast path, inline: the index while no refresh is due
-    index = cache.index if time.monotonic() < cache.next_check else cache.get()
-    if pol.name in index:  # overrides match on values and expire: resolve every time
-        return _resolve(pol, cost, _values(pol, memo_key), tier, index)
-    key = tuple(memo_key)
-    found = _plans.plans.get(key)  # PlanMemo.get, inline
-    if found is None or found.policy is not pol:
-        if pol.concurrency or settings.regions is not None:
-            found = _resolve(pol, cost, _values(pol, memo_key), tier, index)
-        else:  # (_resolve's own first test, without overrides: known here)
-            found = _resolve_plain(pol, cost, _values(pol, memo_key), tier)
-        found = _plans.put(key, found)
-    return found
-
-
 def bad_cost(cost: Any) -> Exception:
     """The error of a cost that is not an int >= 0 (``plan`` and ``access`` raise it)."""
     if type(cost) is not int:
@@ -218,8 +171,6 @@ def _values(pol: Policy, memo_key: list[Any]) -> dict[str, str]:
 # Built once per (policy, tier); a plan is then its keys.
 Rows = tuple[tuple[Limit, str, PlannedLimit, tuple[Any, ...]], ...]
 Template = tuple[Rows, tuple[int, ...]]
-_templates: PerPolicy[Template] = PerPolicy()
-on_change(_templates.clear)
 
 
 def _counted(planned: Sequence[PlannedLimit | PlannedSlot]) -> tuple[int, ...]:
@@ -227,102 +178,153 @@ def _counted(planned: Sequence[PlannedLimit | PlannedSlot]) -> tuple[int, ...]:
     return tuple([i for i, pl in enumerate(planned) if pl.mode == "enforce"]) or tuple(range(len(planned)))
 
 
-def _template(pol: Policy, tier: str | None) -> Template:
-    found = _templates.get(pol, tier)
-    if found is not None:
+class Planner:
+    """Plans the decisions of one engine, from its ``settings``, its ``overrides`` and its
+    regional ``shares``; a plan's backend is ``backend_for(policy)``. Plans of policies
+    without overrides are memoized (``memo``), and each policy's rows per tier (``templates``)."""
+
+    def __init__(self, settings: Settings, overrides: OverrideCache, shares: ShareState,
+                 backend_for: Callable[[Policy], Backend]) -> None:
+        self.settings, self.overrides, self.shares, self.backend_for = settings, overrides, shares, backend_for
+        self.memo = PlanMemo()
+        self.templates: PerPolicy[Template] = PerPolicy()
+
+    def plan(self, policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1) -> Plan:
+        """Resolve the policy's limits for these descriptors; raise on bad input."""
+        settings = self.settings
+        pol = settings.policies.get(policy) if type(policy) is str else None
+        if pol is None:
+            pol = get_policy(policy)  # a Policy as it is; else the KeyError that names the configured policies
+        if type(cost) is not int or cost < 0:  # bool, a subclass of int, is refused too
+            raise bad_cost(cost)
+        tier = descriptors.get("tier")
+        tier = None if tier is None else str(tier)
+        memo_key: list[Any] = [pol.name, cost, tier]
+        for name in pol.descriptors:
+            try:
+                value = descriptors[name]
+            except KeyError:
+                raise missing_descriptor(pol, name) from None
+            if value is not None and type(value) is not str:
+                if type(value) is not int:
+                    raise bad_descriptor(name, value)
+                value = str(value)
+            memo_key.append(value)
+        if settings.regions is not None:
+            shares = self.shares.tick()  # the share table's version
+            if shares is not None:
+                memo_key.append(shares)
+        cache = self.overrides
+        index = cache.index if time.monotonic() < cache.next_check else cache.get()  # (get()'s first test)
+        if pol.name in index:  # overrides match on values and expire: resolve every time
+            return self._resolve(pol, cost, _values(pol, memo_key), tier, index)
+        key = tuple(memo_key)
+        found = self.memo.get(key, pol)
+        if found is None:
+            if pol.concurrency or settings.regions is not None:
+                found = self._resolve(pol, cost, _values(pol, memo_key), tier, index)
+            else:  # (_resolve's own first test, without overrides: known here)
+                found = self._resolve_plain(pol, cost, _values(pol, memo_key), tier)
+            found = self.memo.put(key, found)
         return found
-    rows = []
-    for limit in pol.limits:
-        rate = _rate(limit, tier)
-        burst = limit.burst_for(rate)
-        mode = pol.mode_of(limit)
-        if limit.sliding:  # (a quota too: its rate's count is its units per period)
-            code = ALGORITHMS[limit.algorithm]
-            name, tail = limit.name + KEY_SUFFIX[code], (rate.interval, rate.count, mode == "enforce", code,
-                                                         rate.period * 1_000_000, limit.calendar)
-        else:
-            name, tail = limit.name, (rate.interval, burst, mode == "enforce", GCRA, 0, None)
-        rows.append((limit, name, PlannedLimit(limit, rate, burst, mode), tail))
-    return _templates.put(pol, (tuple(rows), _counted([row[2] for row in rows])), tier)
+
+    def _template(self, pol: Policy, tier: str | None) -> Template:
+        found = self.templates.get(pol, tier)
+        if found is not None:
+            return found
+        rows = []
+        for limit in pol.limits:
+            rate = self._rate(limit, tier)
+            burst = limit.burst_for(rate)
+            mode = pol.mode_of(limit)
+            if limit.sliding:  # (a quota too: its rate's count is its units per period)
+                code = ALGORITHMS[limit.algorithm]
+                name, tail = limit.name + KEY_SUFFIX[code], (rate.interval, rate.count, mode == "enforce", code,
+                                                             rate.period * 1_000_000, limit.calendar)
+            else:
+                name, tail = limit.name, (rate.interval, burst, mode == "enforce", GCRA, 0, None)
+            rows.append((limit, name, PlannedLimit(limit, rate, burst, mode), tail))
+        return self.templates.put(pol, (tuple(rows), _counted([row[2] for row in rows])), tier)
 
 
-def _resolve(pol: Policy, cost: int, values: dict[str, str], tier: str | None, index: overrides.Index) -> Plan:
-    if not pol.concurrency and pol.name not in index and get_settings().regions is None:
-        return _resolve_plain(pol, cost, values, tier)
-    escaped = {name: escape(value) for name, value in values.items()}
-    prefix = get_settings().prefix
-    shard = escaped[pol.shard] if pol.shard in escaped else pol.name
-    overridden = pol.name in index
-    planned, specs = [], []
-    for limit in pol.limits:
-        try:
-            parts = [escaped[d] for d in limit.key]
-        except KeyError:
-            continue  # a descriptor missing for this request skips the limit (documented)
-        rate = _rate(limit, tier)
-        burst = limit.burst_for(rate)
-        mode = pol.mode_of(limit)
-        if overridden:
-            effective = overrides.apply_override(index, pol, limit, values, rate, burst, mode)
-            if effective is None:
-                continue  # turned off by an override
-            rate, burst, mode = effective
-        planned.append(PlannedLimit(limit, rate, burst, mode))
-        # A region enforces its share of the limit: of the rate and burst, or of a sliding limit's N.
-        share = regions.share_of(pol, limit, values)
-        if limit.sliding:  # N units in any period; a key of its own type (a ZSET, or two counters)
-            code = ALGORITHMS[limit.algorithm]
-            interval, count = regions.scale(rate.interval, rate.count, share)
-            specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name + KEY_SUFFIX[code], parts),
-                                   interval, count, mode == "enforce", code, rate.period * 1_000_000,
-                                   limit.calendar))
-        else:
-            interval, spec_burst = regions.scale(rate.interval, burst, share)
-            specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), interval, spec_burst,
-                                   mode == "enforce"))
-    slots = []
-    for conc in pol.concurrency:
-        try:
-            parts = [escaped[d] for d in conc.key]
-        except KeyError:
-            continue  # a descriptor missing for this request skips the limit, as for a rate limit
-        most, mode = conc.max, pol.mode_of(conc)
-        if overridden:  # an override's burst is a concurrency limit's max
-            found = overrides.find(index, pol.name, conc.name, values, time.time())
-            if found is not None:
-                if found.mode == "off":
-                    continue
-                most, mode = found.burst or most, found.mode
-        slots.append(PlannedSlot(conc, most, mode))
-        ttl = round(conc.ttl * 1_000_000)
-        specs.append(LimitSpec(build_key(prefix, shard, pol.name, conc.name + KEY_SUFFIX[CONCURRENCY], parts),
-                               ttl, most, mode == "enforce", CONCURRENCY, ttl))
-    return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), _counted([*planned, *slots]),
-                tuple(slots))
+    def _resolve(self, pol: Policy, cost: int, values: dict[str, str], tier: str | None, index: Index) -> Plan:
+        if not pol.concurrency and pol.name not in index and self.settings.regions is None:
+            return self._resolve_plain(pol, cost, values, tier)
+        escaped = {name: escape(value) for name, value in values.items()}
+        prefix = self.settings.prefix
+        shard = escaped[pol.shard] if pol.shard in escaped else pol.name
+        overridden = pol.name in index
+        planned, specs = [], []
+        for limit in pol.limits:
+            try:
+                parts = [escaped[d] for d in limit.key]
+            except KeyError:
+                continue  # a descriptor missing for this request skips the limit (documented)
+            rate = self._rate(limit, tier)
+            burst = limit.burst_for(rate)
+            mode = pol.mode_of(limit)
+            if overridden:
+                effective = apply_override(index, pol, limit, values, rate, burst, mode)
+                if effective is None:
+                    continue  # turned off by an override
+                rate, burst, mode = effective
+            planned.append(PlannedLimit(limit, rate, burst, mode))
+            # A region enforces its share of the limit: of the rate and burst, or of a sliding limit's N.
+            share = regions.share_of(pol, limit, values)
+            if limit.sliding:  # N units in any period; a key of its own type (a ZSET, or two counters)
+                code = ALGORITHMS[limit.algorithm]
+                interval, count = regions.scale(rate.interval, rate.count, share)
+                specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name + KEY_SUFFIX[code], parts),
+                                       interval, count, mode == "enforce", code, rate.period * 1_000_000,
+                                       limit.calendar))
+            else:
+                interval, spec_burst = regions.scale(rate.interval, burst, share)
+                specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), interval, spec_burst,
+                                       mode == "enforce"))
+        slots = []
+        for conc in pol.concurrency:
+            try:
+                parts = [escaped[d] for d in conc.key]
+            except KeyError:
+                continue  # a descriptor missing for this request skips the limit, as for a rate limit
+            most, mode = conc.max, pol.mode_of(conc)
+            if overridden:  # an override's burst is a concurrency limit's max
+                found = find_override(index, pol.name, conc.name, values, time.time())
+                if found is not None:
+                    if found.mode == "off":
+                        continue
+                    most, mode = found.burst or most, found.mode
+            slots.append(PlannedSlot(conc, most, mode))
+            ttl = round(conc.ttl * 1_000_000)
+            specs.append(LimitSpec(build_key(prefix, shard, pol.name, conc.name + KEY_SUFFIX[CONCURRENCY], parts),
+                                   ttl, most, mode == "enforce", CONCURRENCY, ttl))
+        return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), _counted([*planned, *slots]),
+                    tuple(slots), self.backend_for(pol))
 
 
-def _resolve_plain(pol: Policy, cost: int, values: dict[str, str], tier: str | None) -> Plan:
-    """``_resolve`` of rate limits only, without overrides or REGIONS: its template's keys."""
-    escaped = {name: escape(value) for name, value in values.items()}
-    prefix = get_settings().prefix
-    shard = escaped[pol.shard] if pol.shard in escaped else pol.name
-    rows, counted = _template(pol, tier)
-    planned, specs = [], []
-    for limit, name, pl, tail in rows:
-        try:
-            parts = [escaped[d] for d in limit.key]
-        except KeyError:
-            continue  # a descriptor missing for this request skips the limit (documented)
-        planned.append(pl)
-        specs.append(_new(LimitSpec, (build_key(prefix, shard, pol.name, name, parts), *tail)))
-    if len(planned) < len(rows):
-        counted = _counted(planned)
-    return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted)
+    def _resolve_plain(self, pol: Policy, cost: int, values: dict[str, str], tier: str | None) -> Plan:
+        """``_resolve`` of rate limits only, without overrides or REGIONS: its template's keys."""
+        escaped = {name: escape(value) for name, value in values.items()}
+        prefix = self.settings.prefix
+        shard = escaped[pol.shard] if pol.shard in escaped else pol.name
+        rows, counted = self._template(pol, tier)
+        planned, specs = [], []
+        for limit, name, pl, tail in rows:
+            try:
+                parts = [escaped[d] for d in limit.key]
+            except KeyError:
+                continue  # a descriptor missing for this request skips the limit (documented)
+            planned.append(pl)
+            specs.append(_new(LimitSpec, (build_key(prefix, shard, pol.name, name, parts), *tail)))
+        if len(planned) < len(rows):
+            counted = _counted(planned)
+        return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted, (),
+                    self.backend_for(pol))
 
 
-def _rate(limit: Limit, tier: str | None) -> Rate:
-    rate = limit.rate_for(tier)
-    if rate is None:  # an unknown or missing tier: the default tier
-        default = get_settings().default_tier
-        rate = limit.rates[default] if default is not None else next(iter(limit.rates.values()))
-    return rate
+    def _rate(self, limit: Limit, tier: str | None) -> Rate:
+        rate = limit.rate_for(tier)
+        if rate is None:  # an unknown or missing tier: the default tier
+            default = self.settings.default_tier
+            rate = limit.rates[default] if default is not None else next(iter(limit.rates.values()))
+        return rate

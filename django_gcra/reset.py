@@ -14,9 +14,9 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from . import catalog, fallback, leases
-from .backends.breaker import reset_breakers
+from . import catalog
 from .conf import forget_built, get_settings
+from .engine import current
 from .plan import stored_keys
 from .policy import Policy
 from .store import cache_connection
@@ -81,11 +81,12 @@ def reset(policy: str | Policy, descriptors: Mapping[str, Any], *, limit: str | 
         needed = sorted({d for lim in limits for d in lim.key})
         raise ValueError(f"no limit of policy {pol.name!r} to clear for {sorted(values)}: give "
                          f"{', '.join(needed)}")
-    leases.drop_leases(pol.name, keys)
+    book = current().leases
+    book.drop(pol.name, keys)
     deleted = 0
     for alias in store_aliases(pol):
         deleted += int(cache_connection(alias).unlink(*keys))  # one hash tag: one slot, one call
-    leases.drop_leases(pol.name, keys)  # (a refill that was in flight meanwhile)
+    book.drop(pol.name, keys)  # (a refill that was in flight meanwhile)
     return deleted
 
 
@@ -96,10 +97,8 @@ async def areset(policy: str | Policy, descriptors: Mapping[str, Any], *, limit:
 
 
 def forget_process_state() -> None:
-    """This process forgets every limiter state it keeps in memory: clients and backends,
-    leases, memoized plans and what else is built from the settings (every ``on_change``
-    callback), circuit breakers, the fallback counters and the local fallback's limits."""
+    """This process forgets every limiter state it keeps in memory: the engine in force
+    (clients and backends, circuit breakers, leases, memoized plans, the fallback counters
+    and the local fallback's limits, ...) and what else is built from the settings (every
+    ``on_change`` callback)."""
     forget_built()
-    reset_breakers()
-    fallback.stats.reset()
-    fallback.local_backend.clear()

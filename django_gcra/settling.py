@@ -1,8 +1,8 @@
 """Metered costs: what ``decision.settle(actual)`` does (``Decision.settlement``).
 
 ``decide()`` gives an allowed, enforced decision that the store made a settlement: the list
-``[SETTLERS, plan, at]`` (the two functions below, the plan: its keys and limits, and
-the store's time of the decision), built in one allocation on the hot path;
+``[settlers, plan, at]`` (``Settler.settlers``: the engine's settle and asettle, the plan:
+its keys and limits, and the store's time of the decision), built in one allocation on the hot path;
 ``Decision.settle`` claims it by appending to it (once: a list's append is atomic) and
 calls ``settle`` or ``asettle``. Settling
 sends ``actual - estimate`` to the store's settle script (``backends/settle.lua``) in one
@@ -11,7 +11,7 @@ slots, not units: they are left out). A leased key is settled on the store itsel
 units a lease served were taken from the store when it was filled, so a refund returns
 there, once; the lease's own units are untouched.
 
-A settle never raises for the store: a failure is logged and counted (``stats``), and
+A settle never raises for the store: a failure is logged and counted (``Settler.stats``), and
 ``settle`` returns False.
 """
 
@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
 
 from .algorithm import CONCURRENCY
 from .backends import BackendError, LimitSpec
-from .store import deciding_backend
+from .plan import Plan
+from .store import Stores
 
-if TYPE_CHECKING:
-    from .plan import Plan
-
-__all__ = ["SETTLERS", "asettle", "settle", "settlement", "stats"]
+__all__ = ["SettleStats", "Settler"]
 
 logger = logging.getLogger("django_gcra")
 
@@ -57,7 +54,45 @@ class SettleStats:
             self.counts = {}
 
 
-stats = SettleStats()
+class Settler:
+    """Settles the decisions of one engine on its ``stores``, counting in ``stats``."""
+
+    def __init__(self, stores: Stores) -> None:
+        self.stores = stores
+        self.stats = SettleStats()
+        #: The first item of every settlement of the engine's decisions (the module docstring).
+        self.settlers = (self.settle, self.asettle)
+
+    def settle(self, plan: Plan, at: int, actual: int) -> bool:
+        """Move the plan's rate and quota limits by ``actual - plan.cost`` (a decision made at
+        ``at``, the store's us): True when applied; False, logged and counted, when the store
+        could not be reached."""
+        policy = plan.policy
+        found = _specs(plan, actual)
+        if found is not None:
+            try:
+                self.stores.deciding(policy.cache_alias).settle(*found, at)
+            except BackendError as exc:
+                return self._failed(policy.name, exc)
+        self.stats.add(policy.name, "applied")
+        return True
+
+    async def asettle(self, plan: Plan, at: int, actual: int) -> bool:
+        """``settle`` for async code."""
+        policy = plan.policy
+        found = _specs(plan, actual)
+        if found is not None:
+            try:
+                await self.stores.deciding(policy.cache_alias).asettle(*found, at)
+            except BackendError as exc:
+                return self._failed(policy.name, exc)
+        self.stats.add(policy.name, "applied")
+        return True
+
+    def _failed(self, name: str, exc: BaseException) -> bool:
+        self.stats.add(name, "failed")
+        logger.warning("django_gcra: could not settle a decision of policy %r: %s", name, exc)
+        return False
 
 
 def _specs(plan: Plan, actual: int) -> tuple[list[LimitSpec], int] | None:
@@ -67,47 +102,3 @@ def _specs(plan: Plan, actual: int) -> tuple[list[LimitSpec], int] | None:
     if not specs or not delta:  # (nothing moves: no call)
         return None
     return specs, delta
-
-
-def settle(plan: Plan, at: int, actual: int) -> bool:
-    """Move the plan's rate and quota limits by ``actual - plan.cost`` (a decision made at
-    ``at``, the store's us): True when applied; False, logged and counted, when the store
-    could not be reached."""
-    policy = plan.policy
-    found = _specs(plan, actual)
-    if found is not None:
-        try:
-            deciding_backend(policy.cache_alias).settle(*found, at)
-        except BackendError as exc:
-            return _failed(policy.name, exc)
-    stats.add(policy.name, "applied")
-    return True
-
-
-async def asettle(plan: Plan, at: int, actual: int) -> bool:
-    """``settle`` for async code."""
-    policy = plan.policy
-    found = _specs(plan, actual)
-    if found is not None:
-        try:
-            await deciding_backend(policy.cache_alias).asettle(*found, at)
-        except BackendError as exc:
-            return _failed(policy.name, exc)
-    stats.add(policy.name, "applied")
-    return True
-
-
-def _failed(name: str, exc: BaseException) -> bool:
-    stats.add(name, "failed")
-    logger.warning("django_gcra: could not settle a decision of policy %r: %s", name, exc)
-    return False
-
-
-#: The first item of every settlement (see the module docstring).
-SETTLERS = (settle, asettle)
-
-
-def settlement(plan: Plan, at: int) -> list[Any]:
-    """A decision's settlement: ``[SETTLERS, plan, at]``, a list (one allocation on the hot
-    path) to which ``Decision.settle`` appends once it is claimed."""
-    return [SETTLERS, plan, at]

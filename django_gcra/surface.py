@@ -16,7 +16,7 @@ response)`` charges the estimate when true, nothing when false) and the decision
 settled: at once for a response that is not streamed, when it is closed for a streamed
 one (after its last chunk, the same hook that releases slots). A settle that fails (the
 function raises or returns a bad value, the store is unreachable) never fails the
-response: it is logged and counted (``settling.stats``, the metric
+response: it is logged and counted (``Settler.stats``, the metric
 ``django_gcra_settles_total``). A view that raises keeps its estimate.
 """
 
@@ -31,11 +31,11 @@ from typing import Any
 from django.http import HttpRequest, HttpResponseBase
 
 from .decision import Decision
+from .engine import current
 from .http import adenied_response, apply_quota_headers, denied_response
 from .identity import adescriptors_for, descriptor_names, descriptors_for
 from .limiter import adecide, decide
 from .policy import Policy
-from .settling import stats as settle_stats
 
 __all__ = ["Metered", "adecide_request", "arespond", "cost_of", "decide_request", "not_limited", "record",
            "release_when_done", "respond"]
@@ -89,7 +89,7 @@ class Metered:
 
     @staticmethod
     def failed(decision: Decision, exc: BaseException) -> None:
-        settle_stats.add(decision.policy, "failed")
+        current().settler.stats.add(decision.policy, "failed")
         logger.warning("django_gcra: could not settle a decision of policy %r: %s: %s", decision.policy,
                        type(exc).__name__, exc)
 

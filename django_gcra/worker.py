@@ -48,6 +48,7 @@ class Worker:
         self._jobs: deque[Callable[[], None]] = deque()
         self._woken = False
         self._stopping = False
+        self._last_step = True
 
     @property
     def running(self) -> bool:
@@ -76,11 +77,13 @@ class Worker:
             self._cond.notify()
         self.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """End the thread after a last step; wait for it at most ``timeout`` seconds. A
-        stopped worker stays stopped until ``restart()``."""
+    def stop(self, timeout: float = 5.0, last_step: bool = True) -> None:
+        """End the thread after a last step (``last_step``; the jobs submitted run in any
+        case); wait for it at most ``timeout`` seconds. A stopped worker stays stopped
+        until ``restart()``."""
         with self._cond:
             self._stopping = True
+            self._last_step = last_step
             self._cond.notify()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -102,7 +105,7 @@ class Worker:
                 self._woken, stopping = False, self._stopping
             for job in jobs:
                 self._guarded(job)
-            if self.step is not None:
+            if self.step is not None and (self._last_step or not stopping):
                 delay = self._guarded(self.step)
             if stopping:
                 return

@@ -62,10 +62,10 @@ def test_the_fast_admitted_constructor_equals_the_keyword_one():
 
 async def test_adecide_on_fakeredis_offloads_to_a_thread():
     from django_gcra import adecide
-    from django_gcra.store import limiter_async_client
+    from django_gcra.engine import current
 
     assert (await adecide("login", {"ip": "fake"})).remaining == 1
-    assert limiter_async_client("default") is None  # fakeredis has no asyncio twin here
+    assert current().stores.async_client("default") is None  # fakeredis has no asyncio twin here
 
 
 def test_unknown_policy_is_a_clear_error():

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .base import BackendError
 
-__all__ = ["CircuitBreaker", "CircuitOpen", "breaker_for", "breakers", "reset_breakers"]
+__all__ = ["Breakers", "CircuitBreaker", "CircuitOpen"]
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half-open"
 
@@ -89,26 +89,25 @@ class CircuitBreaker:
                     "failures": self.stats.failures, "last_error": self.last_error}
 
 
-_breakers: dict[str, CircuitBreaker] = {}
-_registry_lock = threading.Lock()
+class Breakers:
+    """The breakers of one engine, one per endpoint (``store.Stores``)."""
 
+    def __init__(self) -> None:
+        self.by_endpoint: dict[str, CircuitBreaker] = {}
+        self._lock = threading.Lock()
 
-def breaker_for(endpoint: str, failures: int = 5, cooldown: float = 1.0) -> CircuitBreaker:
-    """The process's breaker for ``endpoint``, (re)configured with these thresholds."""
-    breaker = _breakers.get(endpoint)
-    if breaker is None:
-        with _registry_lock:
-            breaker = _breakers.setdefault(endpoint, CircuitBreaker(endpoint, failures, cooldown))
-    breaker.threshold, breaker.cooldown = failures, cooldown
-    return breaker
+    def get(self, endpoint: str) -> CircuitBreaker | None:
+        return self.by_endpoint.get(endpoint)
 
+    def of(self, endpoint: str, failures: int = 5, cooldown: float = 1.0) -> CircuitBreaker:
+        """The breaker of ``endpoint``, (re)configured with these thresholds."""
+        breaker = self.by_endpoint.get(endpoint)
+        if breaker is None:
+            with self._lock:
+                breaker = self.by_endpoint.setdefault(endpoint, CircuitBreaker(endpoint, failures, cooldown))
+        breaker.threshold, breaker.cooldown = failures, cooldown
+        return breaker
 
-def breakers() -> list[dict[str, object]]:
-    """A snapshot of this process's breakers, one per endpoint (see ``fallback.status()``)."""
-    return [b.snapshot() for b in list(_breakers.values())]
-
-
-def reset_breakers() -> None:
-    """Forget every breaker (tests; settings changes)."""
-    with _registry_lock:
-        _breakers.clear()
+    def snapshot(self) -> list[dict[str, object]]:
+        """Each breaker's state and counters (``fallback.status()["breakers"]``)."""
+        return [b.snapshot() for b in list(self.by_endpoint.values())]

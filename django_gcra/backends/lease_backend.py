@@ -51,9 +51,9 @@ from dataclasses import replace
 from typing import Any
 
 from ..algorithm import DENIED
-from . import prefetchers
 from .base import Backend, BackendError, LimitSpec, Outcome
 from .key_lease import Ahead, Held, KeyLease, LeaseStats, Served, admitted, counted, held_units
+from .prefetchers import Prefetchers
 
 __all__ = ["HOT_AFTER", "LeaseStats", "LeasingBackend"]
 
@@ -81,11 +81,13 @@ class LeasingBackend(Backend):
 
     def __init__(self, inner: Backend, size: int, ttl: float, low_water: int = 0, *, max_keys: int = 10_000,
                  clock: Callable[[], float] = time.monotonic,
-                 prefetch: Callable[[Callable[[], None]], object] | None = None, hot_after: int = HOT_AFTER) -> None:
+                 prefetch: Callable[[Callable[[], None]], object] | None = None, hot_after: int = HOT_AFTER,
+                 prefetchers: Prefetchers | None = None) -> None:
         self.inner, self.max_keys, self.clock = inner, max_keys, clock
         self.size, self.ttl, self.low_water = size, ttl, low_water  # units per lease, seconds, prefetch mark
         self.hot_after = max(1, hot_after)  # a key's store decision within a window of ttl that leases it
-        self.prefetch = prefetch or prefetchers.submit
+        self.prefetchers = Prefetchers() if prefetchers is None else prefetchers  # (its engine's: lease_book)
+        self.prefetch = prefetch or self.prefetchers.submit
         self._stats = LeaseStats()  # everything but the local decisions of the keys in _keys
         self._stats_lock = threading.Lock()
         # The direct decisions of keys without a lease (one store call each), counted by
@@ -151,8 +153,8 @@ class LeasingBackend(Backend):
         GIL); in a thread that outruns the background thread, sent ahead on its own
         connection (``ahead_until``); otherwise on the background thread (``prefetch``)."""
         if in_loop:
-            if self.prefetch is prefetchers.submit:
-                prefetchers.run_in_loop(self._aprefetch(state))
+            if self.prefetch == self.prefetchers.submit:  # (not a prefetch of its own: tests)
+                self.prefetchers.run_in_loop(self._aprefetch(state))
                 return
         elif now < state.ahead_until:
             self._send_ahead(state)
@@ -386,7 +388,7 @@ class LeasingBackend(Backend):
                     state.settle()
             return
         ahead.collect = collect
-        prefetchers.collect_late(collect)
+        self.prefetchers.collect_late(collect)
 
     async def _aprefetch(self, state: KeyLease) -> None:
         """``_prefetch`` as a task of the event loop."""

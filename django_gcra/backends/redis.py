@@ -32,8 +32,7 @@ from .breaker import CLOSED, CircuitBreaker
 from .clients import ConnectionSetUpFailed
 from .direct import direct_runner, evalsha
 from .multiplex import Multiplexer, multiplexer_for
-from .slots import SlotKeeper, new_token
-from .slots import stats as slot_stats
+from .slots import SlotBook, SlotKeeper
 
 # Errors that say the endpoint is unhealthy (and count towards its circuit breaker);
 # any other ResponseError is a problem with one call (a script or data error).
@@ -107,12 +106,8 @@ def missed(reply: Sequence[Any], specs: Sequence[LimitSpec]) -> bool:
     return True
 
 
-def _token_for(specs: Sequence[LimitSpec]) -> str | None:
-    """A new holder token when ``specs`` has a concurrency limit, else None."""
-    for spec in specs:
-        if spec.algorithm == CONCURRENCY:
-            return new_token()
-    return None
+def _has_concurrency(specs: Sequence[LimitSpec]) -> bool:
+    return any(spec.algorithm == CONCURRENCY for spec in specs)
 
 
 def concurrency_of(specs: Sequence[LimitSpec]) -> tuple[int, ...]:
@@ -126,8 +121,8 @@ def parse_reply(reply: Sequence[Any], take: bool = False, shaping: bool = False,
     enforced, would, retry, binding, now = reply[:5]
     rest = list(reply[5:])
     waited = rest.pop() if shaping else 0  # the script appended the wait of a reservation
-    if concurrency:  # then, before it, the slots it found expired
-        slot_stats.add("expired", rest.pop())
+    if concurrency:  # then, before it, the slots it found expired (RedisBackend._outcome counts them)
+        rest.pop()
     granted = None
     if take:  # the script appended the units it decided on
         units = rest.pop()
@@ -191,18 +186,20 @@ class RedisBackend(Backend):
     """
 
     def __init__(self, get_client: Callable[[], Any], get_async_client: Callable[[], Any] | None = None,
-                 breaker_of: Callable[[str], CircuitBreaker] | None = None, keeper: SlotKeeper | None = None) -> None:
+                 breaker_of: Callable[[str], CircuitBreaker] | None = None, slots: SlotBook | None = None,
+                 keeper: SlotKeeper | None = None) -> None:
         self.get_client = get_client
         self.get_async_client = get_async_client
         self.breaker_of = breaker_of
-        self._keeper = keeper  # (given: another backend's, on the same store; see store.clocked_backend)
+        self.slots = SlotBook() if slots is None else slots  # (its engine's: store.Stores)
+        self._keeper = keeper  # (given: another backend's, on the same store; see store.Stores.clocked)
         self._last_mux: tuple[Any, Multiplexer | None] = (None, None)  # the last async client and its multiplexer
 
     @property
     def keeper(self) -> SlotKeeper:
         """Releases and extends this store's concurrency slots (a background thread, made once)."""
         if self._keeper is None:
-            self._keeper = SlotKeeper(self.get_client, get_async_client=self.get_async_client)
+            self._keeper = self.slots.keeper(self.get_client, self.get_async_client)
         return self._keeper
 
     def _outcome(self, reply: Sequence[Any], specs: Sequence[LimitSpec], cost: int, least: int | None,
@@ -210,10 +207,12 @@ class RedisBackend(Backend):
         outcome = parse_reply(reply, least is not None, max_wait > 0, token is not None)
         if token is None:
             return outcome
+        stats = self.slots.stats
+        stats.add("expired", reply[-2 if max_wait > 0 else -1])
         conc = concurrency_of(specs)
         if outcome.enforced != ALLOWED:
             if any(outcome.binding == i for i in conc):
-                slot_stats.add("refused")
+                stats.add("refused")
             return outcome
         if cost <= 0:
             return outcome
@@ -274,7 +273,7 @@ class RedisBackend(Backend):
     def _run(self, specs: Sequence[LimitSpec], cost: int, least: int | None, max_wait: int = 0) -> Outcome:
         keys = [*map(_key_of, specs)]
         breaker = self._breaker(keys)
-        token = _token_for(specs)
+        token = self.slots.new_token() if _has_concurrency(specs) else None
         try:
             reply = run_script(self.get_client(), keys, script_args(specs, cost, least, max_wait, token))
             if reply[0] == MISS and missed(reply, specs):  # (nothing was written)
@@ -302,7 +301,7 @@ class RedisBackend(Backend):
         else:
             mux = multiplexer_for(client)
             self._last_mux = (client, mux)
-        token = _token_for(specs)
+        token = self.slots.new_token() if _has_concurrency(specs) else None
         try:
             if mux is None:
                 reply = await arun_script(client, keys, script_args(specs, cost, least, max_wait, token))

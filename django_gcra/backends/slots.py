@@ -21,7 +21,6 @@ scored by when it expires (Redis time + ``ttl``, set by the decision's script ca
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import logging
 import os
@@ -35,12 +34,12 @@ from typing import Any
 
 from redis.cluster import RedisCluster
 
-from ..worker import Worker, after_fork
+from ..worker import Worker
 from . import clock as test_clock
 
 logger = logging.getLogger("django_gcra")
 
-__all__ = ["LocalSemaphores", "SlotKeeper", "SlotStats", "Slots", "keepers", "new_token", "stats"]
+__all__ = ["LocalSemaphores", "SlotBook", "SlotKeeper", "SlotStats", "Slots"]
 
 # Extends the caller's slots, scored from Redis time: KEYS the slot ZSETs, ARGV[1] the
 # token, ARGV[1 + i] key i's ttl in us. XX: a slot already released or expired stays gone.
@@ -63,7 +62,8 @@ class SlotStats:
     FIELDS = ("acquired", "released", "refused", "expired", "abandoned", "release_failures", "extend_failures",
               "extended")
 
-    def __init__(self) -> None:
+    def __init__(self, book: SlotBook) -> None:
+        self.book = book
         self._lock = threading.RLock()  # re-entrant: Slots.__del__ may run while this thread holds it
         self.counts = dict.fromkeys(self.FIELDS, 0)
 
@@ -75,43 +75,55 @@ class SlotStats:
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             found = dict(self.counts)
-        found["held"] = held()
+        found["held"] = self.book.held()
         return found
 
     def reset(self) -> None:
         with self._lock:
             self.counts = dict.fromkeys(self.FIELDS, 0)
 
-
-stats = SlotStats()
-keepers: weakref.WeakSet[SlotKeeper] = weakref.WeakSet()
-
-
-def held() -> int:
-    """The slots this process holds now, in Redis and in local semaphores."""
-    return sum(len(k.held) for k in list(keepers)) + LocalSemaphores.held_total()
+    @classmethod
+    def none(cls) -> dict[str, int]:
+        """A snapshot of no slots at all (no engine yet)."""
+        return dict.fromkeys((*cls.FIELDS, "held"), 0)
 
 
-_counter = itertools.count()
-_prefix = ""
+class SlotBook:
+    """The concurrency slots of one engine: its counters, the keepers of its stores, its
+    local semaphores (``on_failure="local"``) and the prefix of its holder tokens."""
 
+    def __init__(self) -> None:
+        self.stats = SlotStats(self)
+        self.local = LocalSemaphores(self.stats)
+        self.keepers: list[SlotKeeper] = []
+        self.prefix = f"{uuid.uuid4().hex[:12]}:{os.getpid()}:"  # (a forked child builds its own book)
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
 
-@after_fork
-def _new_prefix() -> None:
-    """This process's token prefix (a forked child's own), and its keepers' state: the
-    parent's slots are the parent's to keep and release."""
-    global _prefix
-    _prefix = f"{uuid.uuid4().hex[:12]}:{os.getpid()}:"
-    for keeper in list(keepers):
-        keeper.forget()
+    def new_token(self) -> str:
+        """A holder token unique to one decision, across hosts and processes (and forks)."""
+        return self.prefix + str(next(self._counter))
 
+    def keeper(self, get_client: Callable[[], Any], get_async_client: Callable[[], Any] | None = None) -> SlotKeeper:
+        """A new keeper of one store's slots."""
+        keeper = SlotKeeper(self.stats, get_client, get_async_client=get_async_client)
+        with self._lock:
+            self.keepers.append(keeper)
+        return keeper
 
-_new_prefix()
+    def held(self) -> int:
+        """The slots held now, in Redis and in local semaphores."""
+        return sum(len(k.held) for k in list(self.keepers)) + self.local.held_total()
 
+    def close(self) -> None:
+        """Send the queued releases and stop the keepers' threads (the engine is retired)."""
+        for keeper in list(self.keepers):
+            keeper.worker.stop()
 
-def new_token() -> str:
-    """A holder token unique to one decision, across hosts and processes (and forks)."""
-    return _prefix + str(next(_counter))
+    def forget(self) -> None:
+        """A forked child: the parent's slots are the parent's to keep and release."""
+        for keeper in list(self.keepers):
+            keeper.forget()
 
 
 class Slots:
@@ -137,7 +149,7 @@ class Slots:
     def __del__(self) -> None:
         if not self.released:
             try:
-                stats.add("abandoned")
+                self.keeper.stats.add("abandoned")
                 self.released = True
                 self.keeper.release_later(self)
             except Exception:  # never raise from a finalizer (at exit the keeper may be gone)
@@ -147,14 +159,13 @@ class Slots:
 class SlotKeeper:
     """Releases the slots of one store, and extends them from a background ``Worker``."""
 
-    def __init__(self, get_client: Callable[[], Any], name: str = "",
+    def __init__(self, stats: SlotStats, get_client: Callable[[], Any],
                  get_async_client: Callable[[], Any] | None = None) -> None:
-        self.get_client, self.name, self.get_async_client = get_client, name, get_async_client
-        self.worker = Worker(f"slots{name}", self._step, first=self._next_extension)
+        self.stats, self.get_client, self.get_async_client = stats, get_client, get_async_client
+        self.worker = Worker("slots", self._step, first=self._next_extension)
         self._logged_at = 0.0
         self._unlogged = 0
         self.forget()
-        keepers.add(self)
 
     def forget(self) -> None:
         """No slots held or queued, fresh locks (a forked child's keeper)."""
@@ -169,7 +180,7 @@ class SlotKeeper:
         slots = Slots(self, keys, ttls, token)
         with self._lock:
             self.held.add(slots)
-        stats.add("acquired")
+        self.stats.add("acquired")
         self.worker.start()  # the heartbeat
         return slots
 
@@ -185,7 +196,7 @@ class SlotKeeper:
         except Exception as exc:
             self._release_failed(1, exc)
         else:
-            stats.add("released")
+            self.stats.add("released")
 
     async def arelease(self, slots: Slots) -> None:
         """``release()`` on the event loop's own client (the sync one, when there is none)."""
@@ -203,7 +214,7 @@ class SlotKeeper:
         except Exception as exc:
             self._release_failed(1, exc)
         else:
-            stats.add("released")
+            self.stats.add("released")
 
     def release_later(self, slots: Slots) -> None:
         """Queue ``slots``' release for the background thread (a finalizer's release)."""
@@ -246,7 +257,7 @@ class SlotKeeper:
         except Exception as exc:
             self._release_failed(len(batch), exc)
             return 0
-        stats.add("released", len(batch))
+        self.stats.add("released", len(batch))
         return len(batch)
 
     def extend_due(self, force: bool = False) -> int:
@@ -271,17 +282,17 @@ class SlotKeeper:
                     pipe.eval(script, len(slots.keys), *slots.keys, slots.token, *slots.ttls)
                 pipe.execute()
         except Exception as exc:
-            stats.add("extend_failures", len(due))
+            self.stats.add("extend_failures", len(due))
             logger.warning("django_gcra: could not extend %d concurrency slot(s) (they expire after their ttl "
                            "unless a later extension succeeds): %s", len(due), exc)
             return 0
         for slots in due:
             slots.extended_at = now
-        stats.add("extended", len(due))
+        self.stats.add("extended", len(due))
         return len(due)
 
     def _release_failed(self, n: int, exc: BaseException) -> None:
-        stats.add("release_failures", n)
+        self.stats.add("release_failures", n)
         now = time.monotonic()
         self._unlogged += n
         if now - self._logged_at >= 10.0:
@@ -290,62 +301,48 @@ class SlotKeeper:
             self._logged_at, self._unlogged = now, 0
 
 
-@atexit.register
-def _flush_at_exit() -> None:
-    for keeper in list(keepers):
-        try:
-            keeper.flush()
-        except Exception:  # pragma: no cover - logged by flush itself
-            pass
-
-
 class LocalSemaphores:
     """``on_failure="local"``: a per-process counting semaphore of ``max`` per key."""
 
-    _lock = threading.RLock()  # re-entrant: Slots.__del__ may run while this thread holds it
-    _held: dict[str, int] = {}
+    def __init__(self, stats: SlotStats) -> None:
+        self.stats = stats
+        self._lock = threading.RLock()  # re-entrant: Slots.__del__ may run while this thread holds it
+        self._held: dict[str, int] = {}
 
-    @classmethod
-    def try_acquire(cls, keys: Sequence[str], maxima: Sequence[int]) -> int | None:
+    def try_acquire(self, keys: Sequence[str], maxima: Sequence[int]) -> int | None:
         """Take one slot of every key, or none: None on success, else the full key's index."""
-        with cls._lock:
+        with self._lock:
             for i, (key, most) in enumerate(zip(keys, maxima)):
-                if cls._held.get(key, 0) >= most:
+                if self._held.get(key, 0) >= most:
                     return i
             for key in keys:
-                cls._held[key] = cls._held.get(key, 0) + 1
+                self._held[key] = self._held.get(key, 0) + 1
         return None
 
-    @classmethod
-    def counts(cls, keys: Sequence[str]) -> list[int]:
-        with cls._lock:
-            return [cls._held.get(key, 0) for key in keys]
+    def counts(self, keys: Sequence[str]) -> list[int]:
+        with self._lock:
+            return [self._held.get(key, 0) for key in keys]
 
-    @classmethod
-    def release(cls, slots: Slots) -> None:
-        with cls._lock:
+    def release(self, slots: Slots) -> None:
+        with self._lock:
             for key in slots.keys:
-                left = cls._held.get(key, 0) - 1
+                left = self._held.get(key, 0) - 1
                 if left > 0:
-                    cls._held[key] = left
+                    self._held[key] = left
                 else:
-                    cls._held.pop(key, None)
-        stats.add("released")
+                    self._held.pop(key, None)
+        self.stats.add("released")
 
-    @classmethod
-    async def arelease(cls, slots: Slots) -> None:
-        cls.release(slots)
+    async def arelease(self, slots: Slots) -> None:
+        self.release(slots)
 
-    @classmethod
-    def release_later(cls, slots: Slots) -> None:
-        cls.release(slots)
+    def release_later(self, slots: Slots) -> None:
+        self.release(slots)
 
-    @classmethod
-    def held_total(cls) -> int:
-        with cls._lock:
-            return sum(cls._held.values())
+    def held_total(self) -> int:
+        with self._lock:
+            return sum(self._held.values())
 
-    @classmethod
-    def acquired(cls, keys: tuple[str, ...]) -> Slots:
-        stats.add("acquired")
-        return Slots(cls, keys, (), "")
+    def acquired(self, keys: tuple[str, ...]) -> Slots:
+        self.stats.add("acquired")
+        return Slots(self, keys, (), "")

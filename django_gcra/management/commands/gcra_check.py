@@ -20,12 +20,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.crc import key_slot
 
-from django_gcra import catalog, plan
+from django_gcra import catalog
 from django_gcra.backends.base import LimitSpec
 from django_gcra.backends.clients import Timeouts, build_sync_client, endpoint_name
 from django_gcra.backends.redis import SCRIPT, SCRIPT_SHA, script_args
 from django_gcra.backends.slots import EXTEND_SCRIPT
 from django_gcra.conf import get_settings
+from django_gcra.engine import current
 from django_gcra.policy import Policy
 
 MAX_SKEW = 1.0  # seconds between this host's clock and the store's
@@ -58,7 +59,7 @@ def decision_slots(policy: Policy) -> tuple[dict[str, int], list[str]]:
     problems = []
     for value in SAMPLE_VALUES:
         descriptors: dict[str, Any] = dict.fromkeys(policy.descriptors, value)
-        keys = [spec.key for spec in plan.plan(policy, descriptors, cost=0).specs]
+        keys = [spec.key for spec in current().plan(policy, descriptors, cost=0).specs]
         slots = {key: key_slot(key.encode()) for key in keys}
         found.update(slots)
         if len(set(slots.values())) > 1:

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_gcra import catalog
 from django_gcra.algorithm import GCRA, QUOTA, composite
 from django_gcra.backends import BackendError
-from django_gcra.limiter import backend_for, plan
+from django_gcra.engine import current
 
 
 class Command(BaseCommand):
@@ -55,10 +55,10 @@ class Command(BaseCommand):
         for name in skipped:
             values[name] = None
         try:
-            p = plan(pol, values, 0)
+            p = current().plan(pol, values, 0)
         except (KeyError, TypeError, ValueError) as exc:
             raise CommandError(str(exc)) from None
-        backend = backend_for(pol)
+        backend = current().backend_for(pol)
         try:
             states = backend.read_states(p.specs) if p.specs else []
             outcome = backend.evaluate(p.specs, 0) if p.specs else None  # cost 0: reads, never writes
