@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -44,11 +43,6 @@ except ImportError:  # pragma: no cover (a redis-py without it: every error repl
 _send: Callable[[Any, bytes], None] = socket.socket.sendall
 _CLOSED = "Connection closed by server."
 _PLAIN_POOLS = (redis.ConnectionPool, redis.BlockingConnectionPool)
-_runners: weakref.WeakKeyDictionary[Any, DirectRunner | None] = weakref.WeakKeyDictionary()
-# The last pool looked up and its runner (one tuple, replaced whole: safe across threads),
-# so the usual lookup is two identity checks, not a weak dictionary's. It keeps that one
-# pool alive.
-_last: tuple[Any, DirectRunner | None] = (None, None)
 
 
 class Link:
@@ -205,25 +199,14 @@ def new_reader() -> Any:
     return _Reader(replyError=_parse_error, notEnoughData=False)
 
 
-def direct_runner(client: Any) -> DirectRunner | None:
-    """The runner for ``client``'s pool, or None when the pool is not a plain one."""
-    global _last
-    pool = getattr(client, "connection_pool", None)
-    last = _last
-    if last[0] is pool:
-        return last[1]
-    if pool is None:
-        return None
-    runner = _runners.get(pool)
-    if runner is None and pool not in _runners:
-        runner = DirectRunner(pool) if type(pool) in _PLAIN_POOLS else None
-        _runners[pool] = runner
-    _last = (pool, runner)
-    return runner
+def runner_for(pool: Any) -> DirectRunner | None:
+    """A new runner of ``pool``, or None when the pool is not a plain one (Sentinel, TLS,
+    Cluster: redis-py's own path). Each ``RedisBackend`` keeps the runner of its client's pool."""
+    return DirectRunner(pool) if type(pool) in _PLAIN_POOLS else None
 
 
-def evalsha(client: Any, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-    runner = direct_runner(client)
+def evalsha(client: Any, runner: DirectRunner | None, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    """EVALSHA on ``runner`` (the direct path), else through redis-py's ``client``."""
     if runner is None:
         return client.evalsha(sha, len(keys), *keys, *args)
     return runner("EVALSHA", sha, len(keys), *keys, *args)

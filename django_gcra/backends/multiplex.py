@@ -24,7 +24,6 @@ queued. So:
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections import deque
 from typing import Any
 
@@ -192,16 +191,11 @@ class Multiplexer:
             await self.pool.release(connection)
 
 
-_multiplexers: weakref.WeakKeyDictionary[Any, Multiplexer] = weakref.WeakKeyDictionary()
-
-
 def multiplexer_for(client: Any, lanes: int = ASYNC_LANES) -> Multiplexer | None:
-    """The multiplexer of an asyncio client on a ``SetUpPool`` (one per pool, hence per
-    event loop and alias); None for any other client (Redis Cluster: one call each)."""
+    """A new multiplexer of an asyncio client on a ``SetUpPool`` (``RedisBackend`` keeps
+    one per client, hence per event loop); None for any other client (Redis Cluster: one
+    call each)."""
     pool = getattr(client, "connection_pool", None)
     if not isinstance(pool, (SetUpPool, SentinelSetUpPool)):
         return None
-    mux = _multiplexers.get(pool)
-    if mux is None:
-        mux = _multiplexers[pool] = Multiplexer(pool, lanes)
-    return mux
+    return Multiplexer(pool, lanes)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from importlib.resources import files
 from typing import Any
@@ -27,10 +28,11 @@ from redis.exceptions import (
 )
 
 from ..algorithm import ALLOWED, CONCURRENCY, GCRA, QUOTA, SLIDING_LOG
+from . import direct
 from .base import Backend, BackendError, LimitSpec, Outcome
 from .breaker import CLOSED, CircuitBreaker
 from .clients import ConnectionSetUpFailed
-from .direct import direct_runner, evalsha
+from .direct import DirectRunner, evalsha
 from .multiplex import Multiplexer, multiplexer_for
 from .slots import SlotBook, SlotKeeper
 
@@ -136,18 +138,18 @@ def parse_reply(reply: Sequence[Any], take: bool = False, shaping: bool = False,
 
 
 def run_script(client: Any, keys: Sequence[str], args: Sequence[Any], source: str = SCRIPT,
-               sha: str = SCRIPT_SHA) -> Any:
+               sha: str = SCRIPT_SHA, runner: DirectRunner | None = None) -> Any:
     """EVALSHA, loading the script once on NOSCRIPT (restart, failover, SCRIPT FLUSH)."""
     try:
-        return evalsha(client, sha, keys, args)
+        return evalsha(client, runner, sha, keys, args)
     except NoScriptError:
         client.script_load(source)
-        return evalsha(client, sha, keys, args)
+        return evalsha(client, runner, sha, keys, args)
 
 
-def run_settle(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+def run_settle(client: Any, keys: Sequence[str], args: Sequence[Any], runner: DirectRunner | None = None) -> Any:
     """``run_script`` of the settle script (``settle.lua``)."""
-    return run_script(client, keys, args, SETTLE_SCRIPT, SETTLE_SHA)
+    return run_script(client, keys, args, SETTLE_SCRIPT, SETTLE_SHA, runner)
 
 
 async def arun_settle(client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -194,6 +196,8 @@ class RedisBackend(Backend):
         self.slots = SlotBook() if slots is None else slots  # (its engine's: store.Stores)
         self._keeper = keeper  # (given: another backend's, on the same store; see store.Stores.clocked)
         self._last_mux: tuple[Any, Multiplexer | None] = (None, None)  # the last async client and its multiplexer
+        self._runner: tuple[Any, DirectRunner | None] = (None, None)  # the sync client's pool and its runner
+        self._muxes: weakref.WeakKeyDictionary[Any, Multiplexer | None] = weakref.WeakKeyDictionary()
 
     @property
     def keeper(self) -> SlotKeeper:
@@ -201,6 +205,22 @@ class RedisBackend(Backend):
         if self._keeper is None:
             self._keeper = self.slots.keeper(self.get_client, self.get_async_client)
         return self._keeper
+
+    def _direct(self, client: Any) -> DirectRunner | None:
+        """The direct runner of ``client``'s pool (one per backend; replaced with the pool)."""
+        pool = getattr(client, "connection_pool", None)
+        last = self._runner
+        if last[0] is not pool:
+            last = self._runner = (pool, None if pool is None else direct.runner_for(pool))
+        return last[1]
+
+    def _multiplexer(self, client: Any) -> Multiplexer | None:
+        """The multiplexer of an asyncio client (one per client: per event loop)."""
+        try:
+            return self._muxes[client]
+        except KeyError:
+            mux = self._muxes[client] = multiplexer_for(client)
+            return mux
 
     def _outcome(self, reply: Sequence[Any], specs: Sequence[LimitSpec], cost: int, least: int | None,
                  max_wait: int, token: str | None) -> Outcome:
@@ -244,7 +264,7 @@ class RedisBackend(Backend):
 
     def take_ahead(self, specs: Sequence[LimitSpec], most: int, least: int,
                    done: Callable[[Outcome | None], None]) -> Callable[[], None] | None:
-        runner = direct_runner(self.get_client())
+        runner = self._direct(self.get_client())
         link = None if runner is None else runner.ahead_link()
         if link is None:  # cluster, Sentinel, TLS, not connected yet
             return None
@@ -275,9 +295,13 @@ class RedisBackend(Backend):
         breaker = self._breaker(keys)
         token = self.slots.new_token() if _has_concurrency(specs) else None
         try:
-            reply = run_script(self.get_client(), keys, script_args(specs, cost, least, max_wait, token))
-            if reply[0] == MISS and missed(reply, specs):  # (nothing was written)
-                reply = run_script(self.get_client(), keys, script_args(specs, cost, least, max_wait, token))
+            client = self.get_client()
+            runner = self._direct(client)
+            reply = run_script(client, keys, script_args(specs, cost, least, max_wait, token), SCRIPT, SCRIPT_SHA,
+                               runner)
+            if reply[0] == MISS and missed(reply, specs):  # (nothing was written; the boundaries moved)
+                reply = run_script(client, keys, script_args(specs, cost, least, max_wait, token), SCRIPT,
+                                   SCRIPT_SHA, runner)
         except _STORE_ERRORS as exc:
             raise self._failed(breaker, exc) from exc
         if breaker is not None:
@@ -299,7 +323,7 @@ class RedisBackend(Backend):
         if last[0] is client:
             mux = last[1]
         else:
-            mux = multiplexer_for(client)
+            mux = self._multiplexer(client)
             self._last_mux = (client, mux)
         token = self.slots.new_token() if _has_concurrency(specs) else None
         try:
@@ -332,12 +356,14 @@ class RedisBackend(Backend):
         keys = [*map(_key_of, specs)]
         breaker = self._breaker(keys)
         try:
-            reply = run_settle(self.get_client(), keys, settle_args(specs, delta, at))
+            client = self.get_client()
+            reply = run_settle(client, keys, settle_args(specs, delta, at), self._direct(client))
             if reply[0] == MISS:  # a quota's boundaries around the store's time, once more
                 for spec in specs:
                     if spec.algorithm == QUOTA:
                         spec.calendar.moved(reply[1])
-                reply = run_settle(self.get_client(), keys, settle_args(specs, delta, at))
+                client = self.get_client()
+            reply = run_settle(client, keys, settle_args(specs, delta, at), self._direct(client))
         except _STORE_ERRORS as exc:
             raise self._failed(breaker, exc) from exc
         if breaker is not None:
