@@ -1,5 +1,5 @@
 """Multi-region budgets as settings: ``REGIONS`` and a policy's ``"budget"``, parsed and
-validated (no Django, no Redis). The behaviour lives in ``regions.py``; see
+validated (no Django, no Redis). The behaviour lives in ``regions/``; see
 docs/howto/multi-region.md.
 """
 

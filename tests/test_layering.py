@@ -69,3 +69,15 @@ def test_the_cycle_finder_finds_one():
     assert _cycle(graph, {"p.a", "p.b", "p.c"}) is None
     graph.add_import(importer="p.c", imported="p.a")
     assert _cycle(graph, {"p.a", "p.b", "p.c"}) == ["p.a", "p.b", "p.c", "p.a"]
+
+
+def test_the_regions_modules_never_import_their_package():
+    """``django_gcra.regions`` re-exports its modules' names; a module of it importing the
+    package would be a cycle ``test_no_import_cycles`` leaves out (it skips packages), so
+    they import each other only (their order: the contract in pyproject.toml)."""
+    graph = grimp.build_graph("django_gcra", exclude_type_checking_imports=False)
+    modules = graph.find_descendants("django_gcra.regions")
+    assert {"django_gcra.regions.shares", "django_gcra.regions.sync", "django_gcra.regions.rebalancer",
+            "django_gcra.regions.status", "django_gcra.regions.process"} <= modules
+    importers = sorted(m for m in modules if "django_gcra.regions" in graph.find_modules_directly_imported_by(m))
+    assert importers == []

@@ -276,3 +276,28 @@ def test_a_forked_worker_forgets_its_parents_demand_and_sync(three_regions):
     finally:
         regions.state.sync_lock.release()
     assert regions.state.demand == {"api/t": 1}  # the parent keeps its own
+
+
+def test_a_share_state_reads_the_table_its_own_sync_gives_it(three_regions):
+    """The package's one ShareState (``regions.state``) syncs with ``sync.sync``; another,
+    built with its own function, is woken by its own ``tick``, is handed itself, and serves
+    ``share_of`` from its own table: nothing of it goes through the package's state."""
+    three_regions({"api": one()})
+    calls = []
+
+    def fill(s):
+        calls.append(s)
+        s.shares = {"api/t": {"eu": 0.5, "us": 0.25, "ap": 0.25}}
+        s.loaded = True
+        s.changed()
+
+    other = regions.ShareState(fill)
+    try:
+        assert other.tick() is not None and other.join(5)
+        assert calls == [other] and other.version == 1
+        policy = regions.get_settings().policies["api"]
+        (limit,) = policy.limits
+        assert other.share_of(policy, limit, {"tenant": "acme"}) == 0.5
+        assert regions.share_of(policy, limit, {"tenant": "acme"}) == pytest.approx(1 / 3)  # equal: not synced
+    finally:
+        other.worker.stop()
