@@ -11,7 +11,7 @@ class DjangoGCRAConfig(AppConfig):
     def ready(self) -> None:
         # The system checks; override and access rule invalidation; and the observers of every decision
         # (the audit trail and metrics; the limiter knows neither).
-        from . import audit, checks, invalidation, metrics, otel, regions, tally  # noqa: F401
+        from . import audit, checks, invalidation, metrics, otel, region_demand, tally  # noqa: F401
         from .signals import notable_observers, observers
 
         override_model = self.get_model("LimitOverride")
@@ -21,6 +21,6 @@ class DjangoGCRAConfig(AppConfig):
         post_save.connect(invalidation.on_override_change, sender=rule_model, dispatch_uid="gcra_access_rule_save")
         post_delete.connect(invalidation.on_override_change, sender=rule_model, dispatch_uid="gcra_access_rule_delete")
         observers[:] = [tally.on_decision]
-        regions.observe_demand()  # and a region's demand, first, while REGIONS is set
+        region_demand.observe_demand()  # and a region's demand, first, while REGIONS is set
         notable_observers[:] = [audit.on_decision, metrics.on_decision]
         otel.observe()  # OpenTelemetry's observers, only while DJANGO_GCRA["OTEL"] is True

@@ -23,7 +23,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from . import catalog, regions
+from . import catalog
 from .access import acheck, check
 from .backends import Backend, BackendError
 from .backends import clock as test_clock
@@ -36,6 +36,8 @@ from .outcomes import disabled, finish
 from .overrides import OverrideCache
 from .plan import Plan, Planner
 from .policy import PerPolicy, Policy
+from .regions import sync as share_sync
+from .regions.shares import ShareState
 from .settling import Settler
 from .store import Stores
 from .validation import max_wait_problem
@@ -54,7 +56,7 @@ class Engine:
         self.stores = Stores(settings, self.slots)
         self.leases = LeaseBook(settings.lease_max_keys)
         self.overrides = OverrideCache(settings, self.stores.read_guarded)
-        self.shares = regions.state
+        self.shares = ShareState(share_sync.sync)  # REGIONS: this region's shares, its demand
         self.planner = Planner(settings, self.overrides, self.shares, self.backend_for)
         self.shares.listeners.append(self.planner.memo.clear)  # new shares: new specs
         self.failures = FailurePolicy(settings, self.slots)
@@ -132,8 +134,8 @@ class Engine:
 
     def close(self) -> None:
         """Stop every background worker of this engine (its queued slot releases are sent first)."""
-        self.shares.listeners.remove(self.planner.memo.clear)
         self.overrides.close()
+        self.shares.worker.stop(last_step=False)
         self.leases.close()
         self.slots.close()
 

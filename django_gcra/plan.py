@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from . import regions
 from .algorithm import ALGORITHMS, CONCURRENCY, GCRA, QUOTA, SLIDING_LOG, SLIDING_WINDOW
 from .backends import Backend, LimitSpec
 from .conf import Settings, get_settings
@@ -21,7 +20,7 @@ from .overrides import Index, OverrideCache, apply_override
 from .overrides import find as find_override
 from .policy import Concurrency, Limit, PerPolicy, Policy
 from .rates import Rate
-from .regions import ShareState
+from .regions.shares import ShareState, scale
 
 __all__ = ["Plan", "PlanMemo", "PlannedLimit", "PlannedSlot", "Planner", "bad_cost", "bad_descriptor", "get_policy",
            "missing_descriptor", "stored_keys"]
@@ -270,15 +269,15 @@ class Planner:
                 rate, burst, mode = effective
             planned.append(PlannedLimit(limit, rate, burst, mode))
             # A region enforces its share of the limit: of the rate and burst, or of a sliding limit's N.
-            share = regions.share_of(pol, limit, values)
+            share = self.shares.share_of(pol, limit, values)
             if limit.sliding:  # N units in any period; a key of its own type (a ZSET, or two counters)
                 code = ALGORITHMS[limit.algorithm]
-                interval, count = regions.scale(rate.interval, rate.count, share)
+                interval, count = scale(rate.interval, rate.count, share)
                 specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name + KEY_SUFFIX[code], parts),
                                        interval, count, mode == "enforce", code, rate.period * 1_000_000,
                                        limit.calendar))
             else:
-                interval, spec_burst = regions.scale(rate.interval, burst, share)
+                interval, spec_burst = scale(rate.interval, burst, share)
                 specs.append(LimitSpec(build_key(prefix, shard, pol.name, limit.name, parts), interval, spec_burst,
                                        mode == "enforce"))
         slots = []

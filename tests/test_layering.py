@@ -78,6 +78,6 @@ def test_the_regions_modules_never_import_their_package():
     graph = grimp.build_graph("django_gcra", exclude_type_checking_imports=False)
     modules = graph.find_descendants("django_gcra.regions")
     assert {"django_gcra.regions.shares", "django_gcra.regions.sync", "django_gcra.regions.rebalancer",
-            "django_gcra.regions.status", "django_gcra.regions.process"} <= modules
+            "django_gcra.regions.status"} <= modules
     importers = sorted(m for m in modules if "django_gcra.regions" in graph.find_modules_directly_imported_by(m))
     assert importers == []

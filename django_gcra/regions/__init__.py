@@ -3,10 +3,7 @@ every limit (docs/howto/multi-region.md).
 
 The package, one concern a module (each imports only the ones listed after it):
 
-- ``status.py``: what an operator sees: ``status_lines`` (``gcra_status``) and
-  ``RegionCollector`` (Prometheus);
-- ``process.py``: this process's one ``ShareState`` (``state``) and the functions that hand
-  it over: ``tick``, ``share_of``, ``on_decision``, ``observe_demand``;
+- ``status.py``: what an operator sees: ``status_lines`` (``gcra_status``);
 - ``rebalancer.py``: ``rebalance()`` (``gcra_rebalance``), the one place that talks to
   every region: it reads each region's demand for the last complete window, computes the
   new shares with ``next_shares`` and writes them to every region it reaches;
@@ -25,13 +22,13 @@ Redis keys, in each region's Redis:
   ``_window`` (the window they were computed from) and ``_at`` (Unix time);
 - ``<prefix>:regions:log``: the last ``LOG_LENGTH`` share changes, JSON, newest first.
 
-Every name below is importable from ``django_gcra.regions`` as before the split.
+This process's ``ShareState`` is the engine's (``Engine.shares``); the observer counting its
+demand and the Prometheus collector are ``region_demand.py``.
 """
 
 from __future__ import annotations
 
 from ..conf import get_settings
-from .process import observe_demand, on_decision, share_of, state, tick
 from .rebalancer import (
     BUSY_FRACTION,
     KEY_TTL_WINDOWS,
@@ -56,11 +53,10 @@ from .shares import (
     shares_key,
     window_of,
 )
-from .status import RegionCollector, status_lines
+from .status import status_lines
 from .sync import BUSY_PER_FLUSH, DEMAND_WINDOWS, KEY_SLOTS
 
 __all__ = ["BUSY_FRACTION", "BUSY_PER_FLUSH", "DEFAULT_BUDGET", "DEMAND_WINDOWS", "EPSILON", "KEY_SLOTS",
-           "KEY_TTL_WINDOWS", "LOG_LENGTH", "MAX_FIELDS", "MAX_KEY_SHARES", "RebalanceResult", "RegionCollector",
+           "KEY_TTL_WINDOWS", "LOG_LENGTH", "MAX_FIELDS", "MAX_KEY_SHARES", "RebalanceResult",
            "ShareState", "complete_window", "demand_key", "field_of", "get_settings", "key_field", "log_key",
-           "next_shares", "observe_demand", "on_decision", "parse_table", "rebalance", "scale", "share_of",
-           "shares_key", "state", "status_lines", "tick", "window_of"]
+           "next_shares", "parse_table", "rebalance", "scale", "shares_key", "status_lines", "window_of"]

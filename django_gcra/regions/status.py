@@ -1,51 +1,20 @@
 """What an operator sees of the regions: ``status_lines`` (``manage.py gcra_status``: every
 region's shares and demand, read from each region's Redis, and the latest share changes)
-and ``RegionCollector`` (this process's share and demand, for ``prometheus_client``).
+(this process's share and demand, for ``prometheus_client``: ``region_demand.RegionCollector``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ..conf import get_settings
 from ..store import cache_connection
-from . import process
 from .rebalancer import complete_window
 from .shares import demand_key, log_key, parse_table, shares_key
 
-__all__ = ["RegionCollector", "status_lines"]
-
-
-class RegionCollector:
-    """A ``prometheus_client`` collector of this process's region: the share it enforces of
-    each shared limit, and the units asked of each limit here. Register it yourself:
-    ``prometheus_client.REGISTRY.register(RegionCollector())``. Labelled by region, policy
-    and limit (bounded by configuration)."""
-
-    def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        regions = get_settings().regions
-        if regions is None:
-            return
-        share = GaugeMetricFamily("django_gcra_region_share", "The share of a shared limit this region enforces",
-                                  labels=["region", "policy", "limit"])
-        demand = CounterMetricFamily("django_gcra_region_demand_units", "Units asked of a limit in this region",
-                                     labels=["region", "policy", "limit"])
-        state = process.state  # this process's share state (process.py)
-        with state.demand_lock:
-            totals = dict(state.totals)
-        for name in sorted(n for n in set(state.shares) | set(totals) if n.count("/") == 1):  # no key labels
-            policy, _, limit = name.partition("/")
-            vector = state.shares.get(name)
-            share.add_metric([regions.local, policy, limit],
-                             vector.get(regions.local, regions.equal) if vector else regions.equal)
-            if name in totals:
-                demand.add_metric([regions.local, policy, limit], totals[name])
-        yield share
-        yield demand
+__all__ = ["status_lines"]
 
 
 def status_lines(connect: Callable[[str], Any] = cache_connection, changes: int = 5) -> list[str]:
