@@ -10,9 +10,14 @@ import json
 import fakeredis
 import pytest
 
-from django_gcra import regions
-from django_gcra.limiter import plan
+from django_gcra import region_demand, regions
+from django_gcra.engine import current, retire
 from django_gcra.regions import next_shares, scale
+
+
+def shares():
+    """The share state of the engine in force (built from the settings the test applied)."""
+    return current().shares
 
 
 def home_of(descriptors):
@@ -80,14 +85,14 @@ def three_regions(settings, gcra_settings):
         gcra_settings(REGIONS={"local": local, "caches": {"eu": "default", "us": "us-redis", "ap": "ap-redis"},
                                "rebalance_interval": 5.0},
                       POLICIES=policies, DESCRIPTORS={"tenant": "tests.support.descriptors.tenant_of"})
-        regions.state.reset()
+        retire()
         from django_redis import get_redis_connection
 
         for alias in ("default", "us-redis", "ap-redis"):  # django-redis keeps pools (and so servers) by URL
             get_redis_connection(alias).flushall()
 
     yield apply
-    regions.state.reset()
+    retire()
 
 
 def one(budget=None, rate="300/s", burst=30):
@@ -96,7 +101,7 @@ def one(budget=None, rate="300/s", burst=30):
 
 
 def spec(policy, tenant="acme"):
-    (s,) = plan(policy, {"tenant": tenant}).specs
+    (s,) = current().plan(policy, {"tenant": tenant}).specs
     return s.interval, s.burst
 
 
@@ -120,10 +125,10 @@ def test_shared_specs_follow_the_table_read_from_the_local_redis(three_regions):
     get_redis_connection("default").hset("rl:regions:shares", mapping={
         "api/t": json.dumps({"eu": 0.8, "us": 0.15, "ap": 0.05}), "_window": 7})
     get_redis_connection("us-redis").hset("rl:regions:shares", "api/t", json.dumps({"eu": 0.1, "us": 0.8, "ap": 0.1}))
-    regions.state.next_sync = 0.0
-    regions.state.tick()
-    assert regions.state.join(5)
-    assert regions.state.window == 7
+    shares().next_sync = 0.0
+    shares().tick()
+    assert shares().join(5)
+    assert shares().window == 7
     assert spec("api") == (4168, 24)  # eu reads only eu's Redis
 
 
@@ -134,9 +139,9 @@ def test_a_region_s_demand_is_observed_exactly_while_regions_is_set(three_region
     gcra_settings(POLICIES={"api": one()})
     assert observers == [tally.on_decision]  # without REGIONS: one call less per decision
     three_regions({"api": one()})
-    assert observers == [regions.on_decision, tally.on_decision]
+    assert observers == [region_demand.on_decision, tally.on_decision]
     three_regions({"api": one()}, local="us")  # a change that keeps REGIONS: observed once
-    assert observers == [regions.on_decision, tally.on_decision]
+    assert observers == [region_demand.on_decision, tally.on_decision]
     gcra_settings(POLICIES={"api": one()})
     assert observers == [tally.on_decision]
 
@@ -150,16 +155,16 @@ def test_demand_is_counted_per_limit_and_flushed_to_the_local_redis(three_region
     for _ in range(5):
         decide("api", {"tenant": "acme"}, cost=2)
     decide("api", {"tenant": None})  # no limit in force: nothing asked of it
-    assert regions.state.demand == {"api/t": 10}
-    regions.state.next_sync = 0.0
-    regions.state.tick()
-    assert regions.state.join(5)
+    assert shares().demand == {"api/t": 10}
+    shares().next_sync = 0.0
+    shares().tick()
+    assert shares().join(5)
     eu = get_redis_connection("default")
     (key,) = [k for k in eu.keys("rl:regions:demand:*")]
     assert eu.hgetall(key) == {b"api/t": b"10", b"api/t/acme": b"10"} and eu.ttl(key) > 0  # the limit, its busy key
     assert get_redis_connection("us-redis").keys("rl:regions:demand:*") == []
-    assert regions.state.demand == {}
-    families = {f.name: f for f in regions.RegionCollector().collect()}
+    assert shares().demand == {}
+    families = {f.name: f for f in region_demand.RegionCollector().collect()}
     (share,) = families["django_gcra_region_share"].samples
     assert share.labels == {"region": "eu", "policy": "api", "limit": "t"} and share.value == pytest.approx(1 / 3)
     (units,) = families["django_gcra_region_demand_units"].samples
@@ -223,7 +228,7 @@ def test_busy_keys_get_shares_of_their_own(three_regions):
     aliases = {"eu": "default", "us": "us-redis", "ap": "ap-redis"}
     for _ in range(30):  # counted per key in this (eu) process too
         decide("api", {"tenant": "eu-t"})
-    assert regions.state.keys == {"api/t/eu-t": 30}
+    assert shares().keys == {"api/t/eu-t": 30}
     now = 2_000_000.0
     config = regions.get_settings().regions
     window = regions.complete_window(now, config)
@@ -238,9 +243,9 @@ def test_busy_keys_get_shares_of_their_own(three_regions):
     assert result.shares["api/t"]["eu"] == pytest.approx(result.shares["api/t"]["us"])
     assert result.shares["api/t/eu-t"]["eu"] > 0.6 and result.shares["api/t/us-t"]["us"] > 0.6
     assert "api/t/quiet" not in result.shares  # 1 % of the limit: not busy
-    regions.state.next_sync = 0.0
-    regions.state.tick()
-    assert regions.state.join(5)
+    shares().next_sync = 0.0
+    shares().tick()
+    assert shares().join(5)
     eu_t, base = result.shares["api/t/eu-t"]["eu"], result.shares["api/t"]["eu"]
     assert spec("api", "eu-t") == regions.scale(3334, 30, eu_t)
     assert spec("api", "us-t") == regions.scale(3334, 30, result.shares["api/t/us-t"]["eu"])
@@ -260,13 +265,13 @@ def test_a_forked_worker_forgets_its_parents_demand_and_sync(three_regions):
 
     three_regions({"api": one()})
     decide("api", {"tenant": "acme"})
-    assert regions.state.demand == {"api/t": 1}
-    regions.state.sync_lock.acquire()  # as if a sync were in flight at the fork
+    assert shares().demand == {"api/t": 1}
+    shares().sync_lock.acquire()  # as if a sync were in flight at the fork
     try:
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: report and leave at once
-            ok = regions.state.demand == {} and regions.state.sync_lock.acquire(blocking=False)
+            ok = current().shares.demand == {} and current().shares.sync_lock.acquire(blocking=False)
             os.write(write, b"1" if ok else b"0")
             os._exit(0)
         os.waitpid(pid, 0)
@@ -274,14 +279,14 @@ def test_a_forked_worker_forgets_its_parents_demand_and_sync(three_regions):
         os.close(read)
         os.close(write)
     finally:
-        regions.state.sync_lock.release()
-    assert regions.state.demand == {"api/t": 1}  # the parent keeps its own
+        shares().sync_lock.release()
+    assert shares().demand == {"api/t": 1}  # the parent keeps its own
 
 
 def test_a_share_state_reads_the_table_its_own_sync_gives_it(three_regions):
-    """The package's one ShareState (``regions.state``) syncs with ``sync.sync``; another,
-    built with its own function, is woken by its own ``tick``, is handed itself, and serves
-    ``share_of`` from its own table: nothing of it goes through the package's state."""
+    """The engine's ShareState syncs with ``sync.sync``; another, built with its own
+    function, is woken by its own ``tick``, is handed itself, and serves ``share_of`` from
+    its own table: nothing of it goes through the engine's."""
     three_regions({"api": one()})
     calls = []
 
@@ -298,6 +303,6 @@ def test_a_share_state_reads_the_table_its_own_sync_gives_it(three_regions):
         policy = regions.get_settings().policies["api"]
         (limit,) = policy.limits
         assert other.share_of(policy, limit, {"tenant": "acme"}) == 0.5
-        assert regions.share_of(policy, limit, {"tenant": "acme"}) == pytest.approx(1 / 3)  # equal: not synced
+        assert shares().share_of(policy, limit, {"tenant": "acme"}) == pytest.approx(1 / 3)  # equal: not synced
     finally:
         other.worker.stop()
