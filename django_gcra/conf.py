@@ -27,7 +27,7 @@ from .rules import DENY, EXEMPT, RuleSet, parse_rules
 from .validation import is_int, is_number
 
 __all__ = ["AUDIT_DEFAULTS", "DEFAULTS", "SHEDDING_DEFAULTS", "AuditSettings", "BreakerSettings", "Settings",
-           "SheddingSettings", "forget_built", "generation", "get_settings", "on_change", "problems"]
+           "SheddingSettings", "forget_built", "get_settings", "on_change", "problems"]
 
 AUDIT_DEFAULTS: dict[str, Any] = {
     "ENABLED": True,
@@ -508,17 +508,7 @@ def _cache_problems(alias: Any) -> list[Problem]:
 
 
 _current: tuple[Settings, tuple[Problem, ...]] | None = None
-#: The settings ``get_settings()`` last returned, while they stand (None after a change,
-#: and while they are in error): the request path reads them without a call,
-#: ``conf.standing or get_settings()``.
-standing: Settings | None = None
 _listeners: list[Callable[[], None]] = []
-_generation = 0
-
-
-def generation() -> int:
-    """Incremented by every change of the settings: state built under an older number is stale."""
-    return _generation
 
 
 def _load() -> tuple[Settings, tuple[Problem, ...]]:
@@ -536,16 +526,11 @@ def problems() -> tuple[Problem, ...]:
 
 def get_settings() -> Settings:
     """The current settings; ``ImproperlyConfigured`` if any of them is in error."""
-    global standing
-    current = _current if _current is not None else _load()
-    built, found = current
+    built, found = _current if _current is not None else _load()
     if found:
         error = next((p for p in found if p.is_error), None)
         if error is not None:
             raise ImproperlyConfigured(f"{error.msg} ({error.id}; run 'manage.py check' for all problems)")
-    standing = built
-    if _current is not current:  # a change came meanwhile: _reload may have run before the line above
-        standing = None
     return built
 
 
@@ -564,10 +549,9 @@ def forget_built() -> None:
 
 
 def _reload(*, setting: str, **kwargs: Any) -> None:
-    global _current, _generation, standing
+    global _current
     if setting in ("DJANGO_GCRA", "CACHES"):
-        _current = standing = None
-        _generation += 1
+        _current = None
         for callback in _listeners:
             callback()
 

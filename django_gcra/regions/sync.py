@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .. import conf
 from ..conf import get_settings
 from ..store import cache_connection
 from .shares import MAX_FIELDS, ShareState, demand_key, field_of, key_field, parse_table, shares_key, window_of
@@ -33,7 +32,7 @@ BUSY_PER_FLUSH = 32  # the most keys one process reports per flush (its busiest)
 
 def observe(state: ShareState, decision: Any) -> None:
     """Count the units ``decision`` asked of each limit in force, while ``REGIONS`` is set."""
-    if (conf.standing or get_settings()).regions is not None and decision.limits:
+    if get_settings().regions is not None and decision.limits:
         count(state, decision.policy, [s.name for s in decision.limits], decision.cost, decision.descriptors)
 
 

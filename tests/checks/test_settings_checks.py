@@ -329,20 +329,23 @@ def test_cache_alias_other_than_the_local_regions(gcra_settings, settings):
     assert ids(gcra_settings, REGIONS=REGIONS, CACHE_ALIAS="default") == []
 
 
-def test_the_standing_settings_follow_every_change_and_never_hold_settings_in_error(gcra_settings):
-    """``conf.standing`` is what the request path reads instead of calling ``get_settings()``:
-    a change drops it, and settings in error never become it (every decision keeps raising)."""
-    from django_gcra import conf
+def test_the_engine_follows_every_change_and_is_never_built_from_settings_in_error(gcra_settings):
+    """The engine in force is built from the settings of the first decision after a
+    change: a change retires it, and settings in error never build one (every decision
+    keeps raising)."""
+    from django_gcra import engine
 
     gcra_settings(**GOOD)
     decide("api", {"tenant": "acme", "user": None})
-    good = conf.standing
-    assert good is get_settings() and "api" in good.policies
+    good = engine.running
+    assert good is not None and good.settings is get_settings() and "api" in good.settings.policies
     gcra_settings(TIMEOUT=0)
-    assert conf.standing is None
+    assert engine.running is None
     for _ in range(2):
         with pytest.raises(ImproperlyConfigured, match="E040"):
             decide("api", {"tenant": "acme", "user": None})
-        assert conf.standing is None
+        assert engine.running is None
     gcra_settings(**GOOD)
-    assert conf.standing is None and get_settings() is conf.standing is not good
+    assert engine.running is None
+    decide("api", {"tenant": "acme", "user": None})
+    assert engine.running is not good and engine.running.settings is get_settings()
