@@ -25,8 +25,9 @@ from django.http import HttpRequest
 
 from . import catalog
 from .access import acheck, check
-from .backends import Backend, BackendError
+from .backends import Backend, BackendError, Outcome
 from .backends import clock as test_clock
+from .backends.base import Served
 from .backends.slots import SlotBook
 from .conf import Settings, get_settings, on_change
 from .decision import Decision
@@ -92,14 +93,14 @@ class Engine:
         try:
             backend = p.backend
             if wait_us:
-                outcome = backend.evaluate(p.specs, cost, wait_us)
+                outcome: Outcome | Served | None = backend.evaluate(p.specs, cost, wait_us)
             # A leased key's local path first (the lease's numbers, no Outcome made); else the
             # two-argument call: every store takes it (and it is the hot path).
             elif (outcome := backend.serve(p.specs, cost)) is None:
                 outcome = backend.evaluate(p.specs, cost)
         except BackendError as exc:
             return finish(p, self.failures.on_failure(p, exc), request, self.settler.settlers, fallback=True)
-        if wait_us and outcome.waited > 0:
+        if wait_us and isinstance(outcome, Outcome) and outcome.waited > 0:
             time.sleep(outcome.waited / 1e6)
         return finish(p, outcome, request, self.settler.settlers)
 
@@ -118,12 +119,12 @@ class Engine:
         try:
             backend = p.backend
             if wait_us:
-                outcome = await backend.aevaluate(p.specs, cost, wait_us)
+                outcome: Outcome | Served | None = await backend.aevaluate(p.specs, cost, wait_us)
             elif (outcome := backend.serve(p.specs, cost, True)) is None:
                 outcome = await backend.aevaluate(p.specs, cost)
         except BackendError as exc:
             return finish(p, self.failures.on_failure(p, exc), request, self.settler.settlers, fallback=True)
-        if wait_us and outcome.waited > 0:
+        if wait_us and isinstance(outcome, Outcome) and outcome.waited > 0:
             await asyncio.sleep(outcome.waited / 1e6)
         return finish(p, outcome, request, self.settler.settlers)
 

@@ -74,12 +74,12 @@ class Plan:
 
     def __init__(self, policy: Policy, cost: int, limits: tuple[PlannedLimit, ...], specs: tuple[LimitSpec, ...],
                  descriptors: Mapping[str, str], counted: tuple[int, ...] = (),
-                 slots: tuple[PlannedSlot, ...] = (), backend: Backend | None = None) -> None:
+                 slots: tuple[PlannedSlot, ...] = (), *, backend: Backend) -> None:
         self.policy, self.cost, self.limits, self.specs = policy, cost, limits, specs
         self.descriptors = descriptors
         self.counted = counted  # the limits a client is told about: the enforced ones, else all
         self.slots = slots  # the concurrency limits, after the rate limits in specs
-        self.backend: Any = backend  # the backend that decides it (its policy's, Planner.backend_for)
+        self.backend = backend  # the backend that decides it (its policy's: Planner.backend_for)
 
     def __repr__(self) -> str:
         return f"Plan(policy={self.policy.name!r}, cost={self.cost}, specs={self.specs!r})"
@@ -298,8 +298,7 @@ class Planner:
             specs.append(LimitSpec(build_key(prefix, shard, pol.name, conc.name + KEY_SUFFIX[CONCURRENCY], parts),
                                    ttl, most, mode == "enforce", CONCURRENCY, ttl))
         return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), _counted([*planned, *slots]),
-                    tuple(slots), self.backend_for(pol))
-
+                    tuple(slots), backend=self.backend_for(pol))
 
     def _resolve_plain(self, pol: Policy, cost: int, values: dict[str, str], tier: str | None) -> Plan:
         """``_resolve`` of rate limits only, without overrides or REGIONS: its template's keys."""
@@ -317,8 +316,8 @@ class Planner:
             specs.append(_new(LimitSpec, (build_key(prefix, shard, pol.name, name, parts), *tail)))
         if len(planned) < len(rows):
             counted = _counted(planned)
-        return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted, (),
-                    self.backend_for(pol))
+        return Plan(pol, cost, tuple(planned), tuple(specs), MappingProxyType(values), counted,
+                    backend=self.backend_for(pol))
 
 
     def _rate(self, limit: Limit, tier: str | None) -> Rate:

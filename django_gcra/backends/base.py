@@ -68,16 +68,16 @@ class Backend(ABC):
         return None
 
     @abstractmethod
-    def evaluate(self, specs: Sequence[LimitSpec], cost: int) -> Outcome:
-        """Decide now. A store that shapes also takes ``max_wait`` (us, keyword or third
-        argument): a decision its enforcing GCRA limits deny for at most that long is
-        admitted for its own future slot, ``Outcome.waited`` us from ``Outcome.now``
-        (the caller waits). Callers pass ``max_wait`` only when it is above 0."""
+    def evaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Outcome:
+        """Decide now. ``max_wait`` (us; shaping): a decision its enforcing GCRA limits deny
+        for at most that long is admitted for its own future slot, ``Outcome.waited`` us
+        from ``Outcome.now`` (the caller waits). Callers pass ``max_wait`` only when it is
+        above 0 (a store that cannot shape need not take it)."""
 
     async def aevaluate(self, specs: Sequence[LimitSpec], cost: int, max_wait: int = 0) -> Outcome:
         """Async variant; the default runs ``evaluate`` in a worker thread."""
         if max_wait > 0:
-            return await sync_to_async(self.evaluate, thread_sensitive=False)(specs, cost, max_wait)  # type: ignore[call-arg]
+            return await sync_to_async(self.evaluate, thread_sensitive=False)(specs, cost, max_wait)
         return await sync_to_async(self.evaluate, thread_sensitive=False)(specs, cost)
 
     def take(self, specs: Sequence[LimitSpec], most: int, least: int) -> Outcome:

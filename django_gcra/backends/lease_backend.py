@@ -166,7 +166,7 @@ class LeasingBackend(Backend):
             outcome = self.evaluate(specs, cost)
             if not _may_wait(outcome, max_wait):
                 return outcome
-            return self._direct(self._keys.get(specs[0].key), self.inner.evaluate(specs, cost, max_wait),  # type: ignore[call-arg]
+            return self._direct(self._keys.get(specs[0].key), self.inner.evaluate(specs, cost, max_wait),
                                 0)  # the decision was counted once already
         if len(specs) == 1:  # one dict lookup: a leased key's lease, or a cold key's heat
             spec = specs[0]
