@@ -362,8 +362,7 @@ class RedisBackend(Backend):
                 for spec in specs:
                     if spec.algorithm == QUOTA:
                         spec.calendar.moved(reply[1])
-                client = self.get_client()
-            reply = run_settle(client, keys, settle_args(specs, delta, at), self._direct(client))
+                reply = run_settle(client, keys, settle_args(specs, delta, at), self._direct(client))
         except _STORE_ERRORS as exc:
             raise self._failed(breaker, exc) from exc
         if breaker is not None:
