@@ -23,12 +23,10 @@ def invalidate() -> None:
 
 
 def _bump() -> None:
-    running = engine.running  # (none yet: this process loads the plane with its first decision)
-    if running is not None:
-        try:
-            running.overrides.reload_now()
-        except Exception as exc:  # the next refresh retries
-            logger.warning("django_gcra: could not reload the overrides after a change: %s", exc)
+    try:  # in the committing thread, which sees the change (a test's transaction included)
+        engine.current().overrides.reload_now()
+    except Exception as exc:  # the next refresh retries (or the settings are in error: the checks say so)
+        logger.warning("django_gcra: could not reload the overrides after a change: %s", exc)
     try:
         cache_connection().incr(version_key())
     except Exception as exc:  # other processes will see the change within OVERRIDE_TTL
