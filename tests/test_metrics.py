@@ -118,7 +118,7 @@ def test_notable_observers_are_offered_exactly_the_decisions_that_are_not_a_plai
     decision it wrongly took for plain would never reach the audit trail or the metrics."""
     from types import SimpleNamespace
 
-    from django_gcra import limiter
+    from django_gcra import outcomes
     from django_gcra.decision import Decision
 
     plain = Decision(allowed=True, retry_after=0.0, remaining=1, limit="l", policy="p")
@@ -126,11 +126,11 @@ def test_notable_observers_are_offered_exactly_the_decisions_that_are_not_a_plai
                 plain._replace(fallback=True), plain._replace(allowed=False, fallback=True, retry_after=1.0),
                 plain._replace(waited=0.25), plain._replace(allowed=False, fallback=True, unavailable=True)]
     every, notable = [], []
-    monkeypatch.setattr(limiter, "observers", [lambda sender, decision, request: every.append(decision)])
-    monkeypatch.setattr(limiter, "notable_observers", [lambda sender, decision, request: notable.append(decision)])
+    monkeypatch.setattr(outcomes, "observers", [lambda sender, decision, request: every.append(decision)])
+    monkeypatch.setattr(outcomes, "notable_observers", [lambda sender, decision, request: notable.append(decision)])
     for variant in variants:
-        monkeypatch.setattr(limiter, "_to_decision", lambda p, outcome, fallback, variant=variant: variant)
-        assert limiter._finish(SimpleNamespace(policy=SimpleNamespace(name="p")), None, None) is variant
+        monkeypatch.setattr(outcomes, "_to_decision", lambda p, outcome, fallback, variant=variant: variant)
+        assert outcomes.finish(SimpleNamespace(policy=SimpleNamespace(name="p")), None, None, (None, None)) is variant
     assert every == variants
     assert notable == [d for d in variants if outcome_of(d) != "allowed"] and len(notable) == 6
 
