@@ -61,8 +61,7 @@ async def measure(url: str, args) -> dict:
     from django_gcra import adecide
     from django_gcra.backends.multiplex import ASYNC_LANES
     from django_gcra.backends.redis import SCRIPT, SCRIPT_SHA, script_args
-    from django_gcra.limiter import plan
-    from django_gcra.store import limiter_async_client
+    from django_gcra.engine import current
 
     sync = redis.Redis.from_url(url)
     raw = redis.asyncio.Redis.from_url(url)
@@ -72,7 +71,7 @@ async def measure(url: str, args) -> dict:
     for _ in range(args.rounds):
         for case in ("hot", "10k"):
             # the same keys and arguments the limiter sends for these decisions
-            specs = {i: plan("wide", {"ip": key_of(case, i)}).specs for i in range(1 if case == "hot" else KEYS)}
+            specs = {i: current().plan("wide", {"ip": key_of(case, i)}).specs for i in range(1 if case == "hot" else KEYS)}
 
             async def baseline(i: int, case: str = case, specs: dict = specs) -> None:
                 s = specs[0 if case == "hot" else i % KEYS]
@@ -88,7 +87,7 @@ async def measure(url: str, args) -> dict:
                 n, elapsed = await run_tasks(one, args.tasks, args.seconds, args.max_decisions)
                 opened = sync.info("stats")["total_connections_received"] - before
                 results.setdefault((name, case), []).append((n / elapsed, opened))
-            pool = limiter_async_client("default").connection_pool
+            pool = current().stores.async_client("default").connection_pool
             peak = max(peak, len(pool._available_connections) + len(pool._in_use_connections))
     await raw.aclose()
     return {"results": results, "peak": peak, "lanes": ASYNC_LANES}

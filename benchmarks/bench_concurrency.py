@@ -71,10 +71,10 @@ def main() -> None:
     try:
         setup_django(server.url, {"POLICIES": POLICIES})
         from django_gcra import decide
-        from django_gcra.store import store_backend
+        from django_gcra.engine import current
 
         client = server.client()
-        keeper = store_backend().keeper
+        keeper = current().stores.backend().keeper
 
         def request(policy: str, i: int) -> None:
             decision = decide(policy, {"user": f"u{i % 100}"})
@@ -130,9 +130,10 @@ def main() -> None:
 
 
 def keeper_stat(name: str) -> int:
-    from django_gcra.backends.slots import stats
+    from django_gcra.fallback import status
 
-    return stats.snapshot()[name]
+    counts = status()["slots"]  # this process's concurrency slots' counters
+    return counts[name]
 
 
 if __name__ == "__main__":

@@ -68,7 +68,8 @@ def main() -> None:
     try:
         setup(server.url)
         from django_gcra import decide
-        from django_gcra.limiter import backend_for, get_policy
+        from django_gcra.engine import current
+        from django_gcra.limiter import get_policy
 
         client = server.client()
         bare = client.register_script(BARE_SCRIPT)
@@ -97,7 +98,7 @@ def main() -> None:
             print(f"decide()/bare ({keys}): {statistics.median(ratios):.2f}x (target >= 0.8x)")
 
         # Commands the client sends per decision of the two-limit composite policy.
-        backend_for(get_policy("two"))
+        current().backend_for(get_policy("two"))
         decide("two", {"tenant": "t", "user": "u"})
         before = commandstats(client)
         n = 1000

@@ -88,10 +88,10 @@ def just_failed_probe(limit: float = 5.0) -> None:
     then is the worst case for recovery, a full cool-down before the next probe. With
     the breaker off, returns after the next failed decision."""
     from django_gcra import decide
-    from django_gcra.backends.breaker import breakers
+    from django_gcra.fallback import status
 
     def failures() -> int:
-        return sum(b["failures"] for b in breakers())
+        return sum(b["failures"] for b in status()["breakers"])
 
     before, deadline = failures(), time.monotonic() + limit
     while failures() == before and time.monotonic() < deadline:

@@ -66,9 +66,9 @@ def worker(path: str, decisions: int) -> None:
                   "plain-cold": "under-plain", "leased-cold": "under-L50", "plain-full": "under-plain",
                   "leased-full": "under-L50"}[path]
         if path.endswith("full"):
-            from django_gcra.plan import _plans
+            from django_gcra.engine import current
 
-            _plans.size = 0  # full: nothing new is memoized
+            current().planner.memo.size = 0  # full: nothing new is memoized
         if path.endswith(("cold", "full")):
             for i in range(WARM):
                 decide(policy, {"ip": f"warm{i}"})

@@ -87,14 +87,15 @@ def cold_rounds(client, args) -> None:
     memo (shared by all policies, not refilled for 10 s once full) is emptied
     before each path, so no path inherits another's memoized plans or a full memo, and
     the order of the paths rotates from round to round."""
-    from django_gcra.plan import _plans
+    from django_gcra.engine import current
 
+    memo = current().planner.memo
     paths = ("plain", "L=10", "L=50")
     rates: dict[str, list[float]] = {path: [] for path in paths}
     leased: dict[str, int] = dict.fromkeys(paths, 0)
     for round_ in range(args.rounds):
         for path in paths[round_ % 3:] + paths[:round_ % 3]:
-            _plans.clear()
+            memo.clear()
             n, _, calls, elapsed = run(client, f"under-{path.replace('=', '')}", f"cold{round_}", args.seconds,
                                        args.max_decisions, cold=True)
             rates[path].append(n / elapsed)
@@ -118,14 +119,15 @@ def cold_interleaved(client, args, memo_full: bool = False) -> None:
     live plans than it holds), so no plan is memoized and a leased key's heat is counted
     in its wrapper's dict."""
     from django_gcra import decide
-    from django_gcra.plan import _plans
+    from django_gcra.engine import current
 
+    memo = current().planner.memo
     if memo_full:
-        size, _plans.size = _plans.size, 0
+        size, memo.size = memo.size, 0
         try:
             cold_interleaved(client, args)
         finally:
-            _plans.size = size
+            memo.size = size
         return
 
     clock = time.perf_counter_ns
@@ -137,7 +139,7 @@ def cold_interleaved(client, args, memo_full: bool = False) -> None:
     medians: dict[str, list[float]] = {path: [] for path in paths}
     per = max(1, min(args.max_decisions, 4000))  # every path's plans fit the memo: 4 x 4,000 < 16,384
     for round_ in range(args.rounds):
-        _plans.clear()
+        memo.clear()
         spent: dict[str, list[int]] = {path: [] for path in paths}
         for i in range(per):
             for path, policy in orders[i % len(orders)]:
@@ -148,7 +150,7 @@ def cold_interleaved(client, args, memo_full: bool = False) -> None:
         for path in paths:
             ratios[path].append(sum(spent["plain"]) / sum(spent[path]))
             medians[path].append(statistics.median(spent["plain"]) / statistics.median(spent[path]))
-    full = " with the plan memo full" if _plans.size == 0 else ""
+    full = " with the plan memo full" if memo.size == 0 else ""
     print(f"\n{COLD_KEYS:,} cold keys{full}, the paths alternating decision by decision ({per} decisions per path and "
           f"round, {args.rounds} rounds): leased/plain, median [min-max] of the rounds, of the summed times "
           "(decisions/s) and of the median decision times")

@@ -60,8 +60,9 @@ def main() -> None:
     try:
         setup(server.url, os.path.join(tempfile.mkdtemp(prefix="gcra-bench-"), "db.sqlite3"))
         from django_gcra import audit, metrics
+        from django_gcra.engine import current
         from django_gcra.models import AuditEvent, LimitOverride
-        from django_gcra.overrides import cache, load_index
+        from django_gcra.overrides import load_index
         from django_gcra.signals import notable_observers, observers
 
         LimitOverride.objects.bulk_create(
@@ -71,6 +72,7 @@ def main() -> None:
         loaded, empty = load_index(), {}
 
         def state(index: dict, observe: bool) -> None:
+            cache = current().overrides
             cache.index, cache.loaded_at, cache.next_check = index, time.monotonic(), time.monotonic() + 3600
             observers[:] = []
             notable_observers[:] = [audit.on_decision, metrics.on_decision] if observe else []

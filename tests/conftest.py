@@ -171,9 +171,10 @@ def django_db_setup(django_db_setup, django_db_blocker):
     yield
     from django.db import connection
 
-    from django_gcra.overrides import cache
+    from django_gcra import engine
 
-    cache.join(10)
+    if (running := engine.running) is not None:
+        running.overrides.join(10)
     if connection.vendor == "postgresql":
         with django_db_blocker.unblock(), connection.cursor() as cursor:
             cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -207,12 +208,15 @@ def _no_tally_flusher():
 @pytest.fixture
 def save(django_capture_on_commit_callbacks):
     """Create a LimitOverride and run its on_commit invalidation, as a real commit would."""
+    from django_gcra import engine
     from django_gcra.models import LimitOverride
-    from django_gcra.overrides import cache
 
     def create(**fields):
-        # A background reload in flight reads the table: let it finish before writing.
-        cache.join(5)
+        # A background reload in flight reads the table: let it finish before writing. (The
+        # engine is built first: a commit reloads the engine in force in the committing
+        # thread, the one that sees the test's transaction; with none built yet, the first
+        # decision's load runs in the refresh thread, which does not.)
+        engine.current().overrides.join(5)
         with django_capture_on_commit_callbacks(execute=True):
             return LimitOverride.objects.create(**fields)
 

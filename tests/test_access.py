@@ -44,11 +44,11 @@ def rules(real_redis, gcra_settings, settings):
 
     def apply(**extra):
         configure(gcra_settings, ROUTES=ROUTES, OVERRIDE_REFRESH=3600, OVERRIDE_TTL=3600, **extra)
-        from django_gcra.overrides import cache
+        from django_gcra.engine import current
 
         Client().get("/plain/")  # imports the URLconf: its inline policies reload the rows once, now
         decide("login", {"ip": "192.0.2.200"})  # loads the script and the rows: then nothing is left to load
-        assert cache.join(5)  # (the rows load in the background)
+        assert current().overrides.join(5)  # (the rows load in the background)
 
     return apply
 
@@ -197,8 +197,8 @@ def test_without_rules_decide_never_looks_for_them(rules, monkeypatch):
     def looked(*args, **kwargs):
         raise AssertionError("decide() looked for rules while none is configured")
 
-    monkeypatch.setattr("django_gcra.limiter.check", looked)
-    monkeypatch.setattr("django_gcra.limiter.acheck", looked)
+    monkeypatch.setattr("django_gcra.engine.check", looked)
+    monkeypatch.setattr("django_gcra.engine.acheck", looked)
     assert decide("login", {"ip": "192.0.2.10"}).allowed
     assert asyncio.run(adecide("login", {"ip": "192.0.2.10"})).allowed
     assert Client().get("/api/ping/", REMOTE_ADDR="192.0.2.11").status_code == 200
@@ -284,11 +284,11 @@ def test_exempt_is_counted_in_the_metrics_as_exempt(rules):
 
 @pytest.fixture
 def save_rule(django_capture_on_commit_callbacks):
+    from django_gcra.engine import current
     from django_gcra.models import AccessRule
-    from django_gcra.overrides import cache
 
     def create(**fields):
-        cache.join(5)
+        current().overrides.join(5)
         with django_capture_on_commit_callbacks(execute=True):
             return AccessRule.objects.create(**fields)
 

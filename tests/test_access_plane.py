@@ -9,8 +9,8 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from django_gcra import decide
+from django_gcra.engine import current, retire
 from django_gcra.models import AccessRule
-from django_gcra.overrides import cache
 
 POLICIES = {"login": {"limits": [{"name": "ip", "key": ["ip"], "rate": "5/m", "burst": 2}]}}
 DESCRIPTORS = {"tenant": "tests.support.descriptors.tenant_of"}
@@ -72,8 +72,8 @@ def plane(real_redis, gcra_settings, settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     gcra_settings(POLICIES=POLICIES, DESCRIPTORS=DESCRIPTORS)
     yield real_redis
-    cache.join(5)
-    cache.reset()
+    current().overrides.join(5)
+    retire()
 
 
 def form(**values):
@@ -103,7 +103,7 @@ def test_the_add_form_validates_the_rule(plane, admin_client, values, field, mes
 def test_a_rule_saved_in_the_admin_applies_at_once_and_names_who(plane, admin_client, admin_user,
                                                                  django_assert_num_queries):
     decide("login", {"ip": "192.0.2.1"})  # rules loaded (none)
-    cache.join(5)
+    current().overrides.join(5)
     response = admin_client.post("/admin/django_gcra/accessrule/add/", form(policy="login"))
     assert response.status_code == 302
     rule = AccessRule.objects.get()

@@ -7,8 +7,9 @@ import datetime
 import pytest
 from django.utils import timezone
 
+from django_gcra.engine import retire
 from django_gcra.models import AuditEvent, LimitOverride
-from django_gcra.overrides import cache, version_key
+from django_gcra.overrides import version_key
 
 GCRA = {
     "DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of"},
@@ -30,7 +31,7 @@ def policies(gcra_settings, fake_redis, settings):
     gcra_settings(**GCRA)
     AuditEvent.objects.all().delete()  # rows other tests' audit flushers may have left outside their transactions
     yield
-    cache.reset()
+    retire()
 
 
 @pytest.mark.parametrize("change, field, message", [

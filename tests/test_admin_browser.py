@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from django_gcra.engine import retire
 from django_gcra.models import AuditEvent, LimitOverride
-from django_gcra.overrides import cache
 from django_gcra.signals import observers
 from tests.plane_urls import INLINE_POLICY
 
@@ -89,7 +89,7 @@ def plane(real_redis, gcra_settings, settings, monkeypatch, django_user_model):
     observers[observers.index(counts.observe)] = tally.on_decision
     recorder.stop()
     counts.stop()
-    cache.reset()
+    retire()
 
 
 def get_json(page, url):

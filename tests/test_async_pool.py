@@ -13,9 +13,9 @@ import pytest
 import redis.asyncio
 
 from django_gcra import adecide
-from django_gcra.backends.breaker import breakers, reset_breakers
 from django_gcra.backends.clients import ASYNC_MAX_CONNECTIONS
-from django_gcra.fallback import stats
+from django_gcra.engine import current, retire
+from django_gcra.fallback import status
 from tests.support.servers import free_port, start_redis
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -28,11 +28,9 @@ POLICIES = {"wide": {"limits": [{"name": "ip", "key": ["ip"], "rate": "1000000/s
 def defaults(gcra_settings):
     """The default TIMEOUT and CONNECT_TIMEOUT (gcra_settings would make TIMEOUT generous)."""
     gcra_settings(TIMEOUT=10, CONNECT_TIMEOUT=None, POLICIES=POLICIES)
-    reset_breakers()
-    stats.reset()
+    retire()
     yield
-    reset_breakers()
-    stats.reset()
+    retire()
 
 
 def connections_received(client) -> int:
@@ -44,17 +42,17 @@ async def test_a_burst_on_a_fresh_loop_shares_a_bounded_pool(real_redis, default
     decisions = await asyncio.wait_for(
         asyncio.gather(*[adecide("wide", {"ip": f"10.0.0.{i % 200}"}) for i in range(300)]), 30)
     opened = connections_received(real_redis) - before
-    assert not any(d.fallback for d in decisions) and stats.total() == 0
+    assert not any(d.fallback for d in decisions) and current().failures.stats.total() == 0
     assert 1 <= opened <= ASYNC_MAX_CONNECTIONS + 1  # the limiter's pool (+ the sync override stamp read)
-    assert [b["failures"] for b in breakers()] == [0]
+    assert [b["failures"] for b in status()["breakers"]] == [0]
 
 
 async def test_a_failed_set_up_counts_once_however_many_decisions_wait(settings, defaults):
     settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache",
                                    "LOCATION": f"redis://127.0.0.1:{free_port()}/0"}}  # nobody listens
     decisions = await asyncio.wait_for(asyncio.gather(*[adecide("wide", {"ip": "10.0.0.1"}) for _ in range(64)]), 30)
-    assert all(d.fallback and d.allowed for d in decisions) and stats.total() == 64
-    [breaker] = breakers()
+    assert all(d.fallback and d.allowed for d in decisions) and current().failures.stats.total() == 64
+    [breaker] = status()["breakers"]
     assert breaker["failures"] <= 2  # one per failed set-up (one, unless a decision came late), not 64
     assert breaker["state"] == "closed"  # 5 consecutive failures open it; one burst is one
 
@@ -71,7 +69,7 @@ async def test_a_reply_that_arrived_while_the_loop_was_busy_is_used(real_redis, 
 
     monkeypatch.setattr(redis.asyncio.Connection, "send_packed_command", send_then_hog)
     decisions = [await asyncio.wait_for(adecide("wide", {"ip": "10.0.0.1"}), 10) for _ in range(5)]
-    assert not any(d.fallback for d in decisions) and stats.total() == 0
+    assert not any(d.fallback for d in decisions) and current().failures.stats.total() == 0
 
 
 async def test_a_paused_redis_still_times_out_and_opens_the_circuit(redis_server, real_redis, defaults):
@@ -87,7 +85,7 @@ async def test_a_paused_redis_still_times_out_and_opens_the_circuit(redis_server
         redis_server.resume()
     assert all(d.fallback and d.allowed for d in decisions + later)
     assert elapsed < 5  # bounded by the read timeout and the breaker, not by the paused server
-    assert [b["state"] for b in breakers()] == ["open"]
+    assert [b["state"] for b in status()["breakers"]] == ["open"]
 
 
 async def test_killed_then_restarted_back_to_redis_within_a_cool_down(settings, gcra_settings):
@@ -96,14 +94,13 @@ async def test_killed_then_restarted_back_to_redis_within_a_cool_down(settings, 
     server = start_redis()
     settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": server.url}}
     gcra_settings(TIMEOUT=10, CONNECT_TIMEOUT=None, POLICIES=POLICIES, BREAKER={"failures": 5, "cooldown": 0.5})
-    reset_breakers()
-    stats.reset()
+    retire()
     try:
         burst = [adecide("wide", {"ip": f"10.0.1.{i}"}) for i in range(64)]
         assert not any(d.fallback for d in await asyncio.wait_for(asyncio.gather(*burst), 10))
         server.kill()
         down = [await asyncio.wait_for(adecide("wide", {"ip": "10.0.1.1"}), 10) for _ in range(20)]
-        assert all(d.fallback for d in down) and [b["state"] for b in breakers()] == ["open"]
+        assert all(d.fallback for d in down) and [b["state"] for b in status()["breakers"]] == ["open"]
         server.start()
         back, deadline = None, time.monotonic() + 5
         while back is None and time.monotonic() < deadline:
@@ -112,8 +109,7 @@ async def test_killed_then_restarted_back_to_redis_within_a_cool_down(settings, 
                 back = time.monotonic()
             await asyncio.sleep(0.05)
         assert back is not None  # a whole burst answered by Redis again
-        assert [b["state"] for b in breakers()] == ["closed"]
+        assert [b["state"] for b in status()["breakers"]] == ["closed"]
     finally:
         server.stop()
-        reset_breakers()
-        stats.reset()
+        retire()

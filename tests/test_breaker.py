@@ -11,8 +11,10 @@ from redis.retry import Retry
 
 from django_gcra import decide
 from django_gcra.backends import BackendError, LimitSpec
-from django_gcra.backends.breaker import CircuitBreaker, CircuitOpen, breaker_for, breakers, reset_breakers
+from django_gcra.backends.breaker import Breakers, CircuitBreaker, CircuitOpen
 from django_gcra.backends.redis import RedisBackend
+from django_gcra.engine import current
+from django_gcra.fallback import status
 from tests.support.servers import free_port
 
 
@@ -110,27 +112,27 @@ def test_exactly_one_probe_among_threads():
 
 
 def test_registry_is_per_endpoint_and_follows_settings(gcra_settings):
-    reset_breakers()
-    a, b = breaker_for("redis://a:1/0", 2, 0.5), breaker_for("redis://b:1/0", 2, 0.5)
-    assert a is breaker_for("redis://a:1/0", 2, 0.5) and a is not b
+    registry = Breakers()
+    a, b = registry.of("redis://a:1/0", 2, 0.5), registry.of("redis://b:1/0", 2, 0.5)
+    assert a is registry.of("redis://a:1/0", 2, 0.5) and a is not b
+    assert registry.get("redis://a:1/0") is a and registry.get("redis://c:1/0") is None
     assert (a.threshold, a.cooldown) == (2, 0.5)
-    assert (breaker_for("redis://a:1/0", 7, 3.0).threshold, a.cooldown) == (7, 3.0)
-    assert {s["endpoint"] for s in breakers()} == {"redis://a:1/0", "redis://b:1/0"}
-    # the store's breakers follow the BREAKER setting
+    assert (registry.of("redis://a:1/0", 7, 3.0).threshold, a.cooldown) == (7, 3.0)
+    assert {s["endpoint"] for s in registry.snapshot()} == {"redis://a:1/0", "redis://b:1/0"}
+    # the store's breakers follow the BREAKER setting: a new configuration, a new engine's breakers
     gcra_settings(BREAKER={"failures": 3, "cooldown": 0.25})
-    from django_gcra.store import _breaker_of
-    store_breaker = _breaker_of("default", "rl:{x}:p:l:x")
+    store_breaker = current().stores.breaker_of("default", "rl:{x}:p:l:x")
     assert (store_breaker.threshold, store_breaker.cooldown) == (3, 0.25)
+    assert current().stores.breaker_of("default", "rl:{y}:p:l:y") is store_breaker  # one per endpoint
     gcra_settings(BREAKER={"failures": 4, "cooldown": 2})
-    assert (_breaker_of("default", "rl:{x}:p:l:x").threshold, store_breaker.cooldown) == (4, 2.0)
-    reset_breakers()
+    changed = current().stores.breaker_of("default", "rl:{x}:p:l:x")
+    assert changed is not store_breaker and (changed.threshold, changed.cooldown) == (4, 2.0)
 
 
 SPECS = [LimitSpec("rl:{t}:p:l:t", 100_000, 5)]
 
 
 def test_open_circuit_spends_no_network_time(gcra_settings):
-    reset_breakers()
     gcra_settings(BREAKER={"failures": 2, "cooldown": 60})
     dead = redis.Redis(port=free_port(), socket_connect_timeout=0.05, retry=Retry(NoBackoff(), 0))
     calls = []
@@ -139,7 +141,8 @@ def test_open_circuit_spends_no_network_time(gcra_settings):
         calls.append(1)
         return dead
 
-    backend = RedisBackend(get_client, breaker_of=lambda key: breaker_for("dead-endpoint", 2, 60))
+    registry = Breakers()
+    backend = RedisBackend(get_client, breaker_of=lambda key: registry.of("dead-endpoint", 2, 60))
     for _ in range(2):
         with pytest.raises(BackendError) as info:
             backend.evaluate(SPECS, 1)
@@ -148,18 +151,15 @@ def test_open_circuit_spends_no_network_time(gcra_settings):
         with pytest.raises(CircuitOpen):
             backend.evaluate(SPECS, 1)
     assert len(calls) == 2  # the client was not even asked for while the circuit was open
-    reset_breakers()
 
 
 @pytest.mark.redis
 def test_script_errors_do_not_open_the_circuit(real_redis, gcra_settings):
     """A WRONGTYPE error is one bad key, not a sick endpoint: the breaker stays closed."""
-    reset_breakers()
     gcra_settings(BREAKER={"failures": 2, "cooldown": 60},
                   POLICIES={"p": {"limits": [{"name": "l", "key": ["ip"], "rate": "5/s"}], "on_failure": "closed"}})
     real_redis.hset("rl:{1.2.3.4}:p:l:1.2.3.4", "x", "y")
     for _ in range(5):
         assert decide("p", {"ip": "1.2.3.4"}).unavailable
-    assert [s["state"] for s in breakers()] == ["closed"]
+    assert [s["state"] for s in status()["breakers"]] == ["closed"]
     assert decide("p", {"ip": "5.6.7.8"}).allowed  # other keys on the endpoint are served
-    reset_breakers()

@@ -9,8 +9,8 @@ import pytest
 from redis.crc import key_slot
 
 from django_gcra import adecide, decide
-from django_gcra.backends.breaker import breakers, reset_breakers
-from django_gcra.fallback import stats
+from django_gcra.engine import current, retire
+from django_gcra.fallback import status
 from tests.support.cluster import Cluster, hammer, start_cluster, tenants_in_slots
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -42,8 +42,7 @@ def on_cluster(cluster: Cluster, settings, gcra_settings):
     for node in cluster.nodes:
         node.client().flushall()
     gcra_settings(DESCRIPTORS=DESCRIPTORS, POLICIES=POLICIES)
-    reset_breakers()
-    stats.reset()
+    retire()
     return cluster
 
 
@@ -62,12 +61,12 @@ def test_many_tenants_across_slots(on_cluster: Cluster):
     tenants = [f"tenant-{i}" for i in range(90)]
     for tenant in tenants:
         assert composite_round(tenant) == EXPECTED, tenant
-    assert stats.total() == 0
+    assert current().failures.stats.total() == 0
     sizes = [node.client().dbsize() for node in on_cluster.nodes]
     assert all(size > 0 for size in sizes) and sum(sizes) == 3 * len(tenants)  # tenant, user a, user b
     # Every node serves its tenants, each tenant's keys on one node; the breakers are per node.
     ports = {f"127.0.0.1:{n.port}" for n in on_cluster.nodes}
-    assert ports <= {b["endpoint"] for b in breakers()}
+    assert ports <= {b["endpoint"] for b in status()["breakers"]}
 
 
 def test_mixed_algorithms_across_slots(on_cluster: Cluster):
@@ -79,7 +78,7 @@ def test_mixed_algorithms_across_slots(on_cluster: Cluster):
                   for d in [decide("rolling", {"tenant": tenant, "user": user})]]
         assert [allowed for allowed, _ in rounds] == [True, True, False, True, False], tenant
         assert (rounds[2][1], rounds[4][1]) == ("log", "win")
-    assert stats.total() == 0
+    assert current().failures.stats.total() == 0
     assert sum(node.client().dbsize() for node in on_cluster.nodes) == 30 * 4  # g, log a, log b, win
 
 
@@ -96,7 +95,7 @@ async def test_async_decisions_on_the_cluster(on_cluster: Cluster):
     for tenant in ("x1", "x2", "x3", "x4"):
         got = [(await adecide("api", {"tenant": tenant, "user": "a"})).allowed for _ in range(4)]
         assert got == [True, True, True, False]
-    assert stats.total() == 0
+    assert current().failures.stats.total() == 0
 
 
 def run(urls, gcra, descriptors, processes, duration, during=None):
@@ -158,19 +157,16 @@ def test_slot_migrated_under_load(on_cluster: Cluster):
     assert admitted >= 0.8 * bound and fallbacks <= 0.05 * calls
     # The migrated state is intact: every other tenant's user a is still out of burst.
     assert not any(decide("api", {"tenant": t, "user": "a"}).allowed for t in others)
-    assert stats.total() == 0
+    assert current().failures.stats.total() == 0
 
 
 def test_concurrency_slots_on_a_cluster(on_cluster, gcra_settings):
     """Rates and slots of one policy share a hash tag (one script call in one cluster slot);
     the keeper's pipelined releases and heartbeats reach keys of every master."""
-    from django_gcra.backends import slots as slotmod
-
     gcra_settings(DESCRIPTORS=DESCRIPTORS, POLICIES={
         "conc": {"limits": [{"name": "tenant", "key": ["tenant"], "rate": "1000/h", "burst": 50}],
                  "concurrency": [{"name": "running", "key": ["tenant"], "max": 1, "ttl": 1}],
                  "on_failure": "closed"}})
-    slotmod.stats.reset()
     tenants = [tenants_in_slots(range(lo, lo + 5000), 1, "c")[0] for lo in (0, 5600, 11000)]
     assert len({on_cluster.owner(key_slot(t.encode())) for t in tenants}) == 3  # one tenant per master
     held = [decide("conc", {"tenant": t}) for t in tenants]
@@ -178,14 +174,14 @@ def test_concurrency_slots_on_a_cluster(on_cluster, gcra_settings):
     assert not any(decide("conc", {"tenant": t}).allowed for t in tenants)
     time.sleep(1.5)  # more than a ttl: the heartbeat (one pipeline over three masters) kept them
     assert not any(decide("conc", {"tenant": t}).allowed for t in tenants)
-    assert slotmod.stats.snapshot()["extend_failures"] == 0
+    assert status()["slots"]["extend_failures"] == 0
     for d in held:
         d.release()
     again = [decide("conc", {"tenant": t}) for t in tenants]
     assert all(d.allowed for d in again)
     for d in again:
         d.release()
-    assert slotmod.stats.snapshot()["release_failures"] == 0
+    assert status()["slots"]["release_failures"] == 0
 
 
 async def test_the_test_clock_and_the_resets_on_a_cluster(on_cluster: Cluster):

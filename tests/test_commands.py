@@ -11,8 +11,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from django_gcra import decide
+from django_gcra.engine import current, retire
 from django_gcra.models import AuditEvent, LimitOverride
-from django_gcra.overrides import cache
 
 GCRA = {
     "DESCRIPTORS": {"tenant": "tests.support.descriptors.tenant_of"},
@@ -29,7 +29,7 @@ GCRA = {
 def policies(gcra_settings):
     gcra_settings(**GCRA)
     yield
-    cache.reset()
+    retire()
 
 
 def run(*args):
@@ -77,6 +77,7 @@ def test_inspect_reads_sliding_limits_without_consuming(real_redis):
 @pytest.mark.redis
 @pytest.mark.django_db
 def test_inspect_shows_overrides_and_skipped_descriptors(real_redis, django_capture_on_commit_callbacks):
+    current()  # the engine in force reloads in this thread at the commit (sees the test's transaction)
     with django_capture_on_commit_callbacks(execute=True):
         LimitOverride.objects.create(policy="api", limit="tenant", match={"tenant": "acme"}, burst=50)
     result = inspect("tenant=acme")

@@ -17,12 +17,12 @@ from django.test import RequestFactory
 from django.utils.decorators import method_decorator
 from django.views.generic import View
 
-from django_gcra.backends.breaker import reset_breakers
 from django_gcra.compat.django_ratelimit import ALL, UNSAFE
 from django_gcra.compat.django_ratelimit.buckets import policy_name
 from django_gcra.compat.django_ratelimit.core import _split_rate, get_usage, is_ratelimited
 from django_gcra.compat.django_ratelimit.decorators import ratelimit
 from django_gcra.compat.django_ratelimit.exceptions import Ratelimited
+from django_gcra.engine import retire
 from django_gcra.policy import _NAME
 from tests.support.servers import free_port, start_redis
 
@@ -395,10 +395,10 @@ def down(settings):
     settings.RATELIMIT_USE_CACHE = "down"
     assert limited_view(key="ip", rate="1/m", group="alive")(req()) is False  # it was answering
     server.kill()
-    reset_breakers()
+    retire()
     yield
     server.stop()
-    reset_breakers()
+    retire()
 
 
 def test_fail_closed_by_default(down):

@@ -15,8 +15,8 @@ from django_gcra import audit, decide, tally
 from django_gcra.backends.key_lease import counted
 from django_gcra.decision import Decision, LimitState
 from django_gcra.decorators import ratelimit
+from django_gcra.engine import retire
 from django_gcra.models import AuditEvent, LimitOverride
-from django_gcra.overrides import cache
 from django_gcra.rates import parse_rate
 from django_gcra.signals import observers
 
@@ -45,7 +45,7 @@ def console(gcra_settings, fake_redis, settings, monkeypatch):
     monkeypatch.setattr("django_gcra.audit.recorder", recorder)
     yield counts, recorder
     observers[observers.index(counts.observe)] = tally.on_decision
-    cache.reset()
+    retire()
 
 
 def traffic():

@@ -89,35 +89,6 @@ def test_bad_descriptor_value_type():
         decide("login", {"ip": ["1"]})
 
 
-def test_a_plan_is_memoized_per_input_and_never_across_types_or_configurations(gcra_settings):
-    from django_gcra.limiter import plan
-
-    first = plan("login", {"ip": 7})
-    assert plan("login", {"ip": "7"}) is first and plan("login", {"ip": 7}, cost=2) is not first
-    assert plan("login", {"ip": 7}, cost=2).cost == 2
-    with pytest.raises(TypeError, match="descriptor 'ip'"):
-        decide("login", {"ip": True})  # True == 1 as a dict key: the memo must not answer for it
-    gcra_settings(POLICIES={"login": {"limits": [{"name": "ip", "key": ["ip"], "rate": "9/m"}]}})
-    reloaded = plan("login", {"ip": 7})
-    assert reloaded is not first and reloaded.limits[0].rate.count == 9
-
-
-def test_a_full_plan_memo_admits_nothing_new_until_its_refill_time(monkeypatch):
-    from django_gcra import plan as limiter
-
-    now = [100.0]
-    memo = limiter.PlanMemo(size=2, refill_after=10.0, clock=lambda: now[0])
-    monkeypatch.setattr(limiter, "_plans", memo)
-    a = limiter.plan("login", {"ip": "a"})
-    assert limiter.plan("login", {"ip": "a"}) is a
-    limiter.plan("login", {"ip": "b"})
-    assert limiter.plan("login", {"ip": "c"}) is not limiter.plan("login", {"ip": "c"})  # full: not admitted
-    assert limiter.plan("login", {"ip": "a"}) is a  # the plans it holds stay
-    now[0] = 110.0
-    c = limiter.plan("login", {"ip": "c"})  # refill time: emptied, and c admitted
-    assert limiter.plan("login", {"ip": "c"}) is c and list(memo.plans) == [("login", 1, None, "c")]
-
-
 def test_none_descriptor_skips_its_limits():
     decisions = [decide("api", {"tenant": "acme", "user": None}) for _ in range(6)]
     assert [d.allowed for d in decisions] == [True] * 5 + [False]

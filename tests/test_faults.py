@@ -10,8 +10,8 @@ import time
 import pytest
 
 from django_gcra import adecide, decide
-from django_gcra.backends.breaker import breakers, reset_breakers
-from django_gcra.fallback import local_backend, stats, status
+from django_gcra.engine import current, retire
+from django_gcra.fallback import status
 from tests.support.servers import RedisServer, start_redis
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -33,12 +33,10 @@ def server(settings, gcra_settings):
     settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": srv.url}}
     gcra_settings(TIMEOUT=TIMEOUT_MS, BREAKER={"failures": 3, "cooldown": COOLDOWN}, FALLBACK_PROCESSES=PROCESSES,
                   POLICIES={name: policy(name) for name in ("open", "closed", "local")})
-    reset_breakers()
-    stats.reset()
-    local_backend._tats.clear()
+    retire()
     yield srv
     srv.stop()
-    reset_breakers()
+    retire()
 
 
 def timed(on_failure: str, ip: str, n: int) -> list[tuple[float, object]]:
@@ -63,7 +61,7 @@ def check_fallback(on_failure: str, results: list[tuple[float, object]], elapsed
         local_burst, local_rate = BURST // PROCESSES, RATE / PROCESSES
         assert 1 <= admitted <= local_burst + elapsed * local_rate + 1
         assert not any(d.unavailable for d in decisions)
-    assert stats.total(on_failure) == len(decisions)
+    assert current().failures.stats.total(on_failure) == len(decisions)
 
 
 def back_to_redis(on_failure: str, ip: str, limit: float) -> float:
@@ -86,10 +84,10 @@ def test_killed_then_restarted(server: RedisServer, on_failure):
     start = time.monotonic()
     results = timed(on_failure, "a", 40)
     check_fallback(on_failure, results, time.monotonic() - start)
-    assert [b["state"] for b in breakers()] == ["open"]
+    assert [b["state"] for b in status()["breakers"]] == ["open"]
     server.start()  # same port, empty data, no scripts loaded
     assert back_to_redis(on_failure, "b", COOLDOWN + 1.0) <= COOLDOWN + MARGIN + 0.5
-    assert [b["state"] for b in breakers()] == ["closed"]
+    assert [b["state"] for b in status()["breakers"]] == ["closed"]
 
 
 @pytest.mark.parametrize("on_failure", ON_FAILURE)
@@ -110,7 +108,7 @@ def test_paused(server: RedisServer, on_failure):
 @pytest.mark.parametrize("on_failure", ON_FAILURE)
 async def test_paused_async(server: RedisServer, on_failure):
     await adecide(on_failure, {"ip": "a"})  # opens the asyncio connection (may time out on a loaded host)
-    stats.reset()  # count only the decisions made while paused
+    current().failures.stats.reset()  # count only the decisions made while paused
     server.pause()
     try:
         start = time.monotonic()
@@ -137,7 +135,7 @@ def test_scripts_flushed_mid_traffic(server: RedisServer, on_failure, settings):
     client.script_flush()
     rest = [d for _, d in timed(on_failure, "f", 3)]
     assert first + [d.allowed for d in rest] == [True] * BURST + [False]
-    assert not any(d.fallback for d in rest) and stats.total() == 0
+    assert not any(d.fallback for d in rest) and current().failures.stats.total() == 0
     assert client.script_exists(__import__("django_gcra.backends.redis").backends.redis.SCRIPT_SHA) == [True]
 
 
@@ -148,7 +146,7 @@ def test_fallback_is_logged_at_a_bounded_rate(server: RedisServer, caplog, gcra_
         timed("open", "l", 25)
     lines = [r for r in caplog.records if "on_failure=open" in r.getMessage()]
     assert len(lines) == 1 and "(1 fallback decision" in lines[0].getMessage()
-    assert stats.total("open", allowed=True) == 25
+    assert current().failures.stats.total("open", allowed=True) == 25
     report = status()
     assert report["fallback"]["decisions"] == [{"policy": "open", "on_failure": "open", "allowed": True, "count": 25}]
     assert report["fallback"]["last_error"] and report["breakers"][0]["state"] == "open"
@@ -158,11 +156,9 @@ def test_timeouts_are_the_limiters_not_the_caches(server: RedisServer, settings)
     """The cache keeps its own (long) timeouts; only the limiter's calls are tight."""
     from django_redis import get_redis_connection
 
-    from django_gcra.store import limiter_client
-
     settings.CACHES = {"default": {**settings.CACHES["default"], "OPTIONS": {"SOCKET_TIMEOUT": 5}}}
     cache_kwargs = get_redis_connection("default").connection_pool.connection_kwargs
-    limiter_kwargs = limiter_client("default").connection_pool.connection_kwargs
+    limiter_kwargs = current().stores.client("default").connection_pool.connection_kwargs
     assert cache_kwargs["socket_timeout"] == 5
     assert limiter_kwargs["socket_timeout"] == limiter_kwargs["socket_connect_timeout"] == TIMEOUT_MS / 1000
     retry = limiter_kwargs["retry"]
@@ -218,7 +214,7 @@ async def test_paused_async_costs_a_decision_its_timeout_not_the_set_up_budget(s
                                    "LOCATION": f"redis://{auth}127.0.0.1:{srv.port}/0"}}
     gcra_settings(TIMEOUT=TIMEOUT_MS, CONNECT_TIMEOUT=2000, BREAKER={"failures": 3, "cooldown": 30},
                   POLICIES={"open": policy("open")})
-    reset_breakers()
+    retire()
     try:
         assert not (await adecide("open", {"ip": "a"})).fallback
         srv.pause()
@@ -231,9 +227,9 @@ async def test_paused_async_costs_a_decision_its_timeout_not_the_set_up_budget(s
                 assert decision.fallback and decision.allowed
             assert max(waited) < 1.0, waited  # the set-up budget is 2 s
             if not password:  # connections set up at once (TCP only): their round trips time out and count
-                assert [b["state"] for b in breakers()] == ["open"]
+                assert [b["state"] for b in status()["breakers"]] == ["open"]
         finally:
             srv.resume()
     finally:
         srv.stop()
-        reset_breakers()
+        retire()

@@ -16,8 +16,10 @@ from django_gcra.algorithm import ALLOWED, DENIED, gcra_composite
 from django_gcra.backends import BackendError, LimitSpec
 from django_gcra.backends.lease_backend import HOT_AFTER
 from django_gcra.backends.memory import MemoryBackend
-from django_gcra.leases import LeasingBackend, lease_stats, leasing_backend
-from django_gcra.limiter import backend_for, get_policy
+from django_gcra.backends.prefetchers import Prefetchers
+from django_gcra.engine import current, retire
+from django_gcra.leases import LeasingBackend, lease_stats
+from django_gcra.limiter import get_policy
 from tests.support.lease_workers import lease_hammer
 
 T, B = 200_000, 3  # the seed's hand trace: 5/s, burst 3
@@ -225,10 +227,8 @@ class SendingAhead(Counting):
 @pytest.fixture
 def late(monkeypatch):
     """The replies left for the collector thread (not started: the tests hand them out)."""
-    from django_gcra.backends import prefetchers
-
     left: list = []
-    monkeypatch.setattr(prefetchers, "collect_late", left.append)
+    monkeypatch.setattr(Prefetchers, "collect_late", lambda self, collect: left.append(collect))
     return left
 
 
@@ -472,11 +472,11 @@ def test_a_bad_lease_is_refused_at_run_time(gcra_settings):
 
 def test_backend_for_wraps_only_leased_policies(gcra_settings):
     gcra_settings(POLICIES={"leased": lease_policy(), "plain": {"limits": [{"name": "k", "key": ["ip"], "rate": "5/s"}]}})
-    assert isinstance(backend_for(get_policy("leased")), LeasingBackend)
-    assert backend_for(get_policy("leased")) is backend_for(get_policy("leased"))
-    assert not isinstance(backend_for(get_policy("plain")), LeasingBackend)
-    plain = backend_for(get_policy("plain"))
-    assert leasing_backend(plain, get_policy("plain")) is plain
+    assert isinstance(current().backend_for(get_policy("leased")), LeasingBackend)
+    assert current().backend_for(get_policy("leased")) is current().backend_for(get_policy("leased"))
+    assert not isinstance(current().backend_for(get_policy("plain")), LeasingBackend)
+    plain = current().backend_for(get_policy("plain"))
+    assert plain is current().stores.backend() and current().leases.wrap(plain, get_policy("plain")) is plain
 
 
 def test_cold_keys_go_to_the_store_one_call_each_until_hot(gcra_settings):
@@ -484,7 +484,7 @@ def test_cold_keys_go_to_the_store_one_call_each_until_hot(gcra_settings):
     for i in range(50):
         for _ in range(HOT_AFTER - 1):
             assert decide("leased", {"ip": f"cold{i}"}).allowed  # 50 keys, each still cold
-    wrapper, stats = backend_for(get_policy("leased")), lease_stats()["leased"]
+    wrapper, stats = current().backend_for(get_policy("leased")), lease_stats()["leased"]
     assert (stats.decisions, stats.store_calls, stats.leased_units, wrapper.held_keys()) == (100, 100, 0, 0)
     decide("leased", {"ip": "cold7"})  # its HOT_AFTER-th: leased
     assert wrapper.held_keys() == 1 and lease_stats()["leased"].held_units == 9
@@ -500,9 +500,8 @@ def test_a_plan_replaced_in_the_memo_hands_its_first_decision_over(gcra_settings
 
 
 def test_threads_deciding_while_the_memo_empties_lose_no_count(gcra_settings):
-    from django_gcra.plan import _plans
-
     gcra_settings(POLICIES={"leased": lease_policy(rate="1000000/s", burst=100_000)})
+    memo = current().planner.memo
     done = threading.Event()
 
     def work(n: int) -> None:
@@ -513,7 +512,7 @@ def test_threads_deciding_while_the_memo_empties_lose_no_count(gcra_settings):
         for _ in range(5000):  # bounded
             if done.wait(0.0005):
                 return
-            _plans.clear()
+            memo.clear()
 
     emptier = threading.Thread(target=empty)
     emptier.start()
@@ -542,10 +541,8 @@ def test_decisions_a_lease_cannot_answer_go_to_the_store_and_never_make_a_key_ho
 
 
 def test_a_key_whose_plan_is_not_memoized_is_counted_by_the_wrapper(gcra_settings, monkeypatch):
-    from django_gcra.plan import _plans
-
     gcra_settings(POLICIES={"leased": lease_policy()})
-    monkeypatch.setattr(_plans, "size", 0)  # a full memo (or overrides): every decision resolves a new plan
+    monkeypatch.setattr(current().planner.memo, "size", 0)  # a full memo (or overrides): every decision resolves a new plan
     for _ in range(HOT_AFTER + 5):
         assert decide("leased", {"ip": "n"}).allowed
     stats = lease_stats()["leased"]
@@ -553,11 +550,9 @@ def test_a_key_whose_plan_is_not_memoized_is_counted_by_the_wrapper(gcra_setting
 
 
 def test_a_plan_not_memoized_is_leased_at_once_with_hot_after_1(gcra_settings, monkeypatch):
-    from django_gcra.plan import _plans
-
     gcra_settings(POLICIES={"leased": lease_policy()})
-    monkeypatch.setattr(_plans, "size", 0)
-    backend_for(get_policy("leased")).hot_after = 1
+    monkeypatch.setattr(current().planner.memo, "size", 0)
+    current().backend_for(get_policy("leased")).hot_after = 1
     for _ in range(10):
         assert decide("leased", {"ip": "n"}).allowed
     stats = lease_stats()["leased"]
@@ -565,20 +560,20 @@ def test_a_plan_not_memoized_is_leased_at_once_with_hot_after_1(gcra_settings, m
 
 
 def test_a_memoized_plan_keeps_its_backend_only_while_the_leases_stand(gcra_settings):
-    from django_gcra import leases
-    from django_gcra.plan import plan
-
     gcra_settings(POLICIES={"leased": lease_policy()})
     for _ in range(HOT_AFTER):
         decide("leased", {"ip": "1"})
-    p = plan("leased", {"ip": "1"})  # the memoized plan the decisions used
-    first = backend_for(p.policy)
-    assert (p.backend, p.backend_generation) == (first, leases.generation)  # hot: the lease wrapper, kept
-    leases.reset_leases()  # as a fork or a changed configuration does: every lease forgotten
+    engine = current()
+    p = engine.plan("leased", {"ip": "1"})  # the memoized plan the decisions used
+    first = engine.backend_for(p.policy)
+    assert isinstance(first, LeasingBackend) and p.backend is first  # hot: the lease wrapper, kept
+    retire()  # as a fork or a changed configuration does: every lease (and every plan) forgotten
     for _ in range(HOT_AFTER):
         decide("leased", {"ip": "1"})  # cold again for the new wrapper, then hot
-    assert plan("leased", {"ip": "1"}) is p and backend_for(p.policy) is not first
-    assert (p.backend, p.backend_generation) == (backend_for(p.policy), leases.generation)
+    fresh = current()
+    again = fresh.plan("leased", {"ip": "1"})
+    assert fresh is not engine and again is not p and fresh.backend_for(p.policy) is not first
+    assert again.backend is fresh.backend_for(p.policy) and p.backend is first  # each plan its engine's
     stats = lease_stats()["leased"]  # decided by the new wrapper, not the forgotten one
     assert (stats.decisions, stats.store_calls, stats.leased_units) == (HOT_AFTER, HOT_AFTER, 10)
 
@@ -604,10 +599,8 @@ def test_decide_takes_one_script_call_per_lease(real_redis, gcra_settings):
 
 
 def test_threads_counting_heat_in_flight_lose_no_decision(real_redis, gcra_settings, monkeypatch):
-    from django_gcra.plan import _plans
-
     gcra_settings(**SEARCH)
-    monkeypatch.setattr(_plans, "size", 0)
+    monkeypatch.setattr(current().planner.memo, "size", 0)
     decide("search", {"ip": "warm"})
     errors: list[BaseException] = []
 
@@ -626,16 +619,14 @@ def test_threads_counting_heat_in_flight_lose_no_decision(real_redis, gcra_setti
     assert not errors
     stats = lease_stats()["search"]
     assert stats.decisions == 1 + 4 * 300  # every decision counted once
-    assert stats.leased_units > 0 and backend_for(get_policy("search")).held_keys() == 1  # only the shared key
+    assert stats.leased_units > 0 and current().backend_for(get_policy("search")).held_keys() == 1  # only the shared key
 
 
 def test_plans_not_memoized_that_no_lease_can_answer_count_no_heat(real_redis, gcra_settings, monkeypatch):
-    from django_gcra.plan import _plans
-
     gcra_settings(**SEARCH)
-    monkeypatch.setattr(_plans, "size", 0)  # no plan memoized (a full memo, or overrides)
+    monkeypatch.setattr(current().planner.memo, "size", 0)  # no plan memoized (a full memo, or overrides)
     decide("search", {"ip": "warm"})
-    wrapper = backend_for(get_policy("search"))
+    wrapper = current().backend_for(get_policy("search"))
     before = evalsha_calls(real_redis)
     for _ in range(2 * HOT_AFTER):
         assert decide("search", {"ip": "peek"}, cost=0).allowed  # a peek
@@ -655,13 +646,12 @@ async def test_adecide_uses_the_lease_on_the_native_async_client(real_redis, gcr
 
 
 async def test_an_async_prefetch_runs_as_a_task_of_the_event_loop(real_redis, gcra_settings):
-    from django_gcra.backends import prefetchers
-
     gcra_settings(POLICIES={"search": lease_policy(rate="1000/s", burst=100, low_water=3)})
     for _ in range(HOT_AFTER - 1 + 7):  # the cold decisions, a lease of 10, then 6 from it: 3 left
         assert (await adecide("search", {"ip": "pre"})).allowed
-    assert len(prefetchers.tasks) == 1  # the prefetch: a task of this loop, not the thread
-    await asyncio.wait_for(asyncio.gather(*prefetchers.tasks), 10)
+    tasks = current().leases.prefetchers.tasks
+    assert len(tasks) == 1  # the prefetch: a task of this loop, not the thread
+    await asyncio.wait_for(asyncio.gather(*tasks), 10)
     stats = lease_stats()["search"]
     assert (stats.store_calls, stats.held_units, stats.leased_units) == (HOT_AFTER - 1 + 2, 13, 20)
 
@@ -669,9 +659,9 @@ async def test_an_async_prefetch_runs_as_a_task_of_the_event_loop(real_redis, gc
 def test_single_unit_fallback_on_redis(real_redis, gcra_settings):
     gcra_settings(POLICIES={"edge": lease_policy(rate="1/s", burst=5, size=4, ttl=4.0)})
     policy = get_policy("edge")
-    backend_for(policy).hot_after = 1  # lease the key at its first decision
+    current().backend_for(policy).hot_after = 1  # lease the key at its first decision
     assert decide("edge", {"ip": "x"}).allowed  # this process leases 4
-    other = LeasingBackend(backend_for(policy).inner, policy.lease.size, policy.lease.ttl, hot_after=1)  # a second process
+    other = LeasingBackend(current().backend_for(policy).inner, policy.lease.size, policy.lease.ttl, hot_after=1)  # a second process
     spec = [LimitSpec("rl:{x}:edge:k:x", 1_000_000, 5)]
     assert not other.inner.evaluate(spec, 4).allowed  # a full lease is not available
     assert other.evaluate(spec, 1).allowed  # one unit is
@@ -783,25 +773,10 @@ def test_counters_reach_prometheus_through_the_optional_collector(fake_redis, gc
     assert value("django_gcra_lease_held_units", {"policy": "search"}) == 7
 
 
-def test_a_forked_worker_starts_without_its_parents_leases(fake_redis, gcra_settings):
-    from django_gcra import leases
-
-    gcra_settings(POLICIES={"search": lease_policy(rate="10/s")})  # slow to refill: exact remaining
-    for _ in range(HOT_AFTER):
-        decide("search", {"ip": "f"})  # the parent's cold decisions, then a lease: it holds 9 units
-    assert lease_stats()["search"].held_units == 9
-    leases._forget_in_child()  # what os.register_at_fork runs in a forked child
-    assert lease_stats() == {}
-    # the child decides on the store (the key is cold for it), never from the parent's units
-    assert decide("search", {"ip": "f"}).remaining == 100 - (HOT_AFTER - 1) - 10 - 1
-    assert lease_stats()["search"].store_calls == 1 and lease_stats()["search"].held_units == 0
-
-
 def test_a_decision_served_from_the_lease_is_the_one_its_outcome_would_give(fake_redis, gcra_settings, monkeypatch):
-    from django_gcra import limiter
     from django_gcra.backends import lease_backend
     from django_gcra.backends.key_lease import admitted
-    from django_gcra.plan import plan
+    from django_gcra.outcomes import finish
 
     gcra_settings(POLICIES={"search": lease_policy(rate="1/s")})  # slow to refill: exact remaining
     for _ in range(HOT_AFTER):
@@ -815,10 +790,11 @@ def test_a_decision_served_from_the_lease_is_the_one_its_outcome_would_give(fake
     assert served.allowed and served.remaining == served.limits[0].remaining == 100 - 12 + 8
     assert served.limit == "k" and served.limits[0].burst == 100 and not (served.shadow or served.fallback)
     assert 11 < served.reset_after <= 12  # 12 units counted at 1/s: rested 12 s after the lease
-    p = plan("search", {"ip": "s"})
-    numbers = backend_for(get_policy("search")).serve(p.specs, 1)
+    p = current().plan("search", {"ip": "s"})
+    numbers = current().backend_for(get_policy("search")).serve(p.specs, 1)
     assert numbers is not None and numbers[0] == 100 - 12 + 7
-    assert limiter._finish(p, numbers, None) == limiter._finish(p, admitted(numbers), None)
+    settlers = current().settler.settlers
+    assert finish(p, numbers, None, settlers) == finish(p, admitted(numbers), None, settlers)
 
 
 def test_a_changed_rate_or_burst_forgets_the_remembered_denial(store, clock):
@@ -882,7 +858,7 @@ def test_threads_with_background_prefetch_on_redis_account_for_every_unit(real_r
 
 def starve_the_prefetch_thread(policy_name):
     """One thread deciding back to back: the prefetch thread never gets to run its jobs."""
-    backend_for(get_policy(policy_name)).prefetch = lambda job: None
+    current().backend_for(get_policy(policy_name)).prefetch = lambda job: None
 
 
 def test_one_thread_back_to_back_sends_its_prefetches_ahead_on_redis(real_redis, gcra_settings):
@@ -890,7 +866,7 @@ def test_one_thread_back_to_back_sends_its_prefetches_ahead_on_redis(real_redis,
     key, interval = "rl:{b}:p:k:b", 100_000
     start = tat_ahead(real_redis, key)
     starve_the_prefetch_thread("p")
-    inner = backend_for(get_policy("p")).inner
+    inner = current().backend_for(get_policy("p")).inner
     calls = {"take": 0, "take_ahead": 0}
     for name in calls:
         def counting(*args, _name=name, _method=getattr(inner, name)):
@@ -904,7 +880,7 @@ def test_one_thread_back_to_back_sends_its_prefetches_ahead_on_redis(real_redis,
     assert calls["take"] <= 3 and calls["take_ahead"] >= 17, calls
     assert stats.decisions - stats.local == HOT_AFTER - 1 + calls["take"]  # no decision went to the store directly
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and backend_for(get_policy("p"))._keys[key].refilling:
+    while time.monotonic() < deadline and current().backend_for(get_policy("p"))._keys[key].refilling:
         time.sleep(0.01)  # the last reply sent ahead, read by the collector thread
     stats = lease_stats()["p"]
     counted = (int(real_redis.get(key)) - start) // interval
@@ -919,7 +895,7 @@ def test_a_reply_sent_ahead_by_a_thread_that_ended_is_read_by_the_collector(real
     thread = threading.Thread(target=lambda: [decide("p", {"ip": "e"}) for _ in range(19)])
     thread.start()
     thread.join()
-    state = backend_for(get_policy("p"))._keys["rl:{e}:p:k:e"]
+    state = current().backend_for(get_policy("p"))._keys["rl:{e}:p:k:e"]
     assert state.ahead is not None
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and state.refilling:

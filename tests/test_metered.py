@@ -15,11 +15,9 @@ import pytest
 from django_gcra import decide
 from django_gcra.algorithm import QUOTA
 from django_gcra.decision import Decision
+from django_gcra.engine import current, retire
 from django_gcra.models import LimitOverride
-from django_gcra.overrides import cache
 from django_gcra.periods import Calendar
-from django_gcra.plan import plan
-from django_gcra.settling import stats as settle_stats
 from tests.support.servers import start_redis
 
 pytestmark = pytest.mark.redis
@@ -53,10 +51,9 @@ POLICIES = {
 @pytest.fixture(autouse=True)
 def policies(real_redis, gcra_settings):
     gcra_settings(DESCRIPTORS={"tenant": TENANT, "tier": "tests.support.descriptors.tier_of"}, POLICIES=POLICIES)
-    cache.reset()
-    settle_stats.reset()
+    retire()  # a fresh engine: fresh settle counters
     yield real_redis
-    cache.reset()
+    retire()
 
 
 def peek(policy, tenant="a", **more):
@@ -159,7 +156,7 @@ def test_async_settle(real_redis):
 
     asyncio.run(run())
     assert peek("tokens").remaining == 9
-    assert settle_stats.snapshot()[("tokens", "applied")] == 1
+    assert current().settler.stats.snapshot()[("tokens", "applied")] == 1
 
 
 def test_a_composite_settles_every_rate_and_quota_limit_in_one_call(real_redis):
@@ -182,7 +179,7 @@ def test_concurrency_slots_are_not_settled():
 
 def test_a_leased_key_settles_on_the_store_once(real_redis):
     decisions = [decide("leased", {"tenant": "a"}) for _ in range(30)]  # a lease is taken once the key is hot
-    key = plan("leased", {"tenant": "a"}).specs[0].key
+    key = current().plan("leased", {"tenant": "a"}).specs[0].key
     tat_before = int(real_redis.get(key))
     assert decisions[-1].settle(0) is True
     assert tat_before - int(real_redis.get(key)) == 1000  # one unit (1 ms at 1000/s) back to the store, once
@@ -221,7 +218,7 @@ def test_all_or_nothing_with_the_rates():
 
 def test_a_day_quota_key_expires_when_its_period_ends(real_redis):
     decide("daily", {"tenant": "a"}, cost=2)
-    key = plan("daily", {"tenant": "a"}).specs[0].key
+    key = current().plan("daily", {"tenant": "a"}).specs[0].key
     day_end = (int(time.time()) // 86400 + 1) * 86400
     assert 0 < real_redis.pttl(key) / 1000 <= day_end - time.time() + 1
     assert real_redis.get(key).endswith(b":2")
@@ -239,7 +236,7 @@ def test_tiers_and_overrides_change_the_quota(django_capture_on_commit_callbacks
 def test_a_store_clock_outside_the_boundaries_is_followed(real_redis):
     """The store's time far from this host's (a test clock, a stepped clock): the decision is
     sent once more with the boundaries around the store's time, which are then kept."""
-    spec = plan("monthly", {"tenant": "a"}).specs[0]
+    spec = current().plan("monthly", {"tenant": "a"}).specs[0]
     assert spec.algorithm == QUOTA
     spec.calendar.offset = -400 * 86400 * 1_000_000  # this host "thinks" the store is 400 days behind
     spec.calendar.bounds_for(spec.calendar.expected_now())

@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 
 from django_gcra import audit, decide, tally
+from django_gcra.engine import retire
 from django_gcra.models import AuditEvent
-from django_gcra.overrides import cache
 from django_gcra.signals import observers
 
 GCRA = {
@@ -28,7 +28,7 @@ GCRA = {
 def policies(gcra_settings):
     gcra_settings(**GCRA)
     yield
-    cache.reset()
+    retire()
 
 
 @pytest.mark.redis

@@ -18,8 +18,7 @@ from rest_framework.views import APIView
 
 from django_gcra import decide
 from django_gcra.decorators import ratelimit
-from django_gcra.overrides import cache
-from django_gcra.settling import stats as settle_stats
+from django_gcra.engine import current, retire
 from django_gcra.throttling import PolicyThrottle
 
 pytestmark = pytest.mark.redis
@@ -128,10 +127,9 @@ def configured(real_redis, gcra_settings, settings):
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django_gcra.middleware.RateLimitMiddleware"]
     gcra_settings(POLICIES={"login": LOGIN, "tokens": TOKENS, "routed": TOKENS},
                   ROUTES=[{"path": r"^/api/routed/", "policy": "routed", "settle": f"{__name__}.used_tokens"}])
-    cache.reset()
-    settle_stats.reset()
+    retire()  # a fresh engine: fresh settle counters
     yield real_redis
-    cache.reset()
+    retire()
 
 
 def remaining(policy: str) -> int:
@@ -169,7 +167,7 @@ def test_settle_charges_the_usage_of_the_response():
     assert remaining("tokens") == 88  # settled: 12 used
     client.get("/complete/", {"max_tokens": 10, "used": 30})  # 20 more than estimated: owed
     assert remaining("tokens") == 58
-    assert settle_stats.snapshot()[("tokens", "applied")] == 2
+    assert current().settler.stats.snapshot()[("tokens", "applied")] == 2
 
 
 def test_a_streamed_body_settles_after_its_last_chunk():
@@ -186,7 +184,7 @@ def test_a_settle_that_fails_never_fails_the_response(caplog):
     with caplog.at_level(logging.WARNING, logger="django_gcra"):
         response = Client().get("/broken/")
     assert response.status_code == 200 and response.content == b"fine"
-    assert settle_stats.snapshot()[("tokens", "failed")] == 1
+    assert current().settler.stats.snapshot()[("tokens", "failed")] == 1
     assert any("could not settle" in r.getMessage() and "KeyError" in r.getMessage() for r in caplog.records)
     assert remaining("tokens") == 90  # the estimate stands
     prometheus_client = pytest.importorskip("prometheus_client")

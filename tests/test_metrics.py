@@ -130,7 +130,7 @@ def test_notable_observers_are_offered_exactly_the_decisions_that_are_not_a_plai
     monkeypatch.setattr(outcomes, "notable_observers", [lambda sender, decision, request: notable.append(decision)])
     for variant in variants:
         monkeypatch.setattr(outcomes, "_to_decision", lambda p, outcome, fallback, variant=variant: variant)
-        assert outcomes.finish(SimpleNamespace(policy=SimpleNamespace(name="p")), None, None, ()) is variant
+        assert outcomes.finish(SimpleNamespace(policy=SimpleNamespace(name="p")), None, None, (None, None)) is variant
     assert every == variants
     assert notable == [d for d in variants if outcome_of(d) != "allowed"] and len(notable) == 6
 

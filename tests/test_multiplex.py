@@ -11,10 +11,8 @@ import pytest
 from redis.exceptions import ResponseError
 
 from django_gcra import adecide
-from django_gcra.backends.breaker import reset_breakers
 from django_gcra.backends.multiplex import ASYNC_LANES, multiplexer_for
-from django_gcra.fallback import stats
-from django_gcra.store import limiter_async_client
+from django_gcra.engine import current, retire
 
 pytestmark = [pytest.mark.redis]
 
@@ -27,11 +25,9 @@ POLICIES = {
 @pytest.fixture
 def policies(gcra_settings):
     gcra_settings(POLICIES=POLICIES)
-    reset_breakers()
-    stats.reset()
+    retire()
     yield
-    reset_breakers()
-    stats.reset()
+    retire()
 
 
 def evalsha_calls(client) -> int:
@@ -43,7 +39,7 @@ def script_loads(client) -> int:
 
 
 def mux():
-    found = multiplexer_for(limiter_async_client("default"))
+    found = multiplexer_for(current().stores.async_client("default"))
     assert found is not None
     return found
 
@@ -57,7 +53,7 @@ async def test_a_burst_shares_at_most_the_lanes_and_every_caller_gets_its_own_re
     assert sorted(d.remaining for d in decisions) == list(range(64))
     assert evalsha_calls(real_redis) - calls == 64
     assert real_redis.info("stats")["total_connections_received"] - connections <= ASYNC_LANES
-    pool = limiter_async_client("default").connection_pool
+    pool = current().stores.async_client("default").connection_pool
     assert len(pool._available_connections) + len(pool._in_use_connections) <= ASYNC_LANES
     assert mux().largest > 1  # sent together
     assert not (await adecide("exact", {"ip": "one"})).allowed
@@ -84,7 +80,7 @@ async def test_noscript_is_handled_per_command(real_redis, policies):
     real_redis.script_flush()  # a restart or failover lost the script
     loads = script_loads(real_redis)
     decisions = await asyncio.wait_for(asyncio.gather(*[adecide("wide", {"ip": f"n{i}"}) for i in range(32)]), 30)
-    assert not any(d.fallback for d in decisions) and stats.total() == 0
+    assert not any(d.fallback for d in decisions) and current().failures.stats.total() == 0
     assert script_loads(real_redis) - loads == 1  # one load for the whole batch that met NOSCRIPT
 
 
@@ -113,8 +109,7 @@ async def test_a_cancelled_caller_leaves_the_others_their_replies(real_redis, po
 
 async def test_a_timed_out_batch_never_hands_a_late_reply_to_anyone(redis_server, real_redis, gcra_settings):
     gcra_settings(TIMEOUT=10, POLICIES=POLICIES)
-    reset_breakers()
-    stats.reset()
+    retire()
     try:
         await adecide("exact", {"ip": "warm"})
         redis_server.pause()
@@ -123,7 +118,7 @@ async def test_a_timed_out_batch_never_hands_a_late_reply_to_anyone(redis_server
         finally:
             redis_server.resume()
         assert all(d.fallback for d in late)  # timed out: each caller fails open, by its own policy
-        reset_breakers()  # the timeouts opened the circuit: close it for the check below
+        current().stores.breaker_of("default", "").success()  # the timeouts opened the circuit: close it (the clients stay)
         # Whatever the resumed server ran of the late scripts, their replies went to aborted
         # sockets: a new burst gets exactly its own replies, eight consecutive counts.
         decisions = await asyncio.wait_for(asyncio.gather(*[adecide("exact", {"ip": "late"}) for _ in range(8)]), 10)
@@ -132,8 +127,7 @@ async def test_a_timed_out_batch_never_hands_a_late_reply_to_anyone(redis_server
         assert remaining == list(range(remaining[0], remaining[0] + 8)) and 64 - 16 - 8 <= remaining[0] <= 64 - 8
         assert (await adecide("exact", {"ip": "late"}, cost=0)).remaining == remaining[0]
     finally:
-        reset_breakers()
-        stats.reset()
+        retire()
 
 
 async def test_a_cancelled_lane_cancels_its_callers_and_the_next_command_is_served(real_redis, policies):

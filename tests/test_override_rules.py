@@ -12,8 +12,8 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from django_gcra import decide, tally
+from django_gcra.engine import retire
 from django_gcra.models import AuditEvent, LimitOverride
-from django_gcra.overrides import cache
 from django_gcra.signals import observers
 
 GCRA = {
@@ -58,7 +58,7 @@ def plane(gcra_settings, settings):
     gcra_settings(**GCRA)
     AuditEvent.objects.all().delete()
     yield
-    cache.reset()
+    retire()
 
 
 def form_data(fields):

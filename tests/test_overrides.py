@@ -15,8 +15,9 @@ import pytest
 from django.utils import timezone
 
 from django_gcra import adecide, decide
+from django_gcra.engine import current, retire
 from django_gcra.models import LimitOverride
-from django_gcra.overrides import cache, version_key
+from django_gcra.overrides import version_key
 
 POLICIES = {
     "api": {
@@ -35,9 +36,9 @@ pytestmark = pytest.mark.django_db
 def policies(fake_redis, gcra_settings):
     gcra_settings(DESCRIPTORS={"tenant": "tests.support.descriptors.tenant_of", "tier": "tests.support.descriptors.tier_of"},
                   POLICIES=POLICIES)
-    cache.reset()
+    retire()
     yield
-    cache.reset()
+    retire()
 
 
 def burst(policy="api", limit="tenant", **descriptors):
@@ -119,7 +120,7 @@ def test_deleting_restores_the_default(save, django_capture_on_commit_callbacks)
     override = save(policy="api", limit="tenant", match={"tenant": "acme"}, burst=9)
     assert burst() == 9
     with django_capture_on_commit_callbacks(execute=True):
-        cache.join(5)
+        current().overrides.join(5)
         override.delete()
     assert burst() == 2
 
@@ -129,7 +130,7 @@ def test_an_override_reaches_a_key_decided_before_it(save, django_capture_on_com
     override = save(policy="api", limit="tenant", match={"tenant": "acme"}, burst=5)
     assert burst() == 5
     with django_capture_on_commit_callbacks(execute=True):
-        cache.join(5)
+        current().overrides.join(5)
         override.delete()
     assert burst() == 2
 
@@ -159,7 +160,7 @@ def test_a_bumped_version_stamp_reloads_within_the_refresh_interval(fake_redis, 
     fake_redis.incr(version_key())  # what another process's commit does
     time.sleep(0.25)
     burst()  # the first decision after the interval starts the reload in the background
-    assert cache.join(5)
+    assert current().overrides.join(5)
     assert burst() == 9
 
 
@@ -171,7 +172,7 @@ def test_the_ttl_reloads_when_the_stamp_never_moves(gcra_settings):
     LimitOverride.objects.bulk_create([LimitOverride(policy="api", limit="tenant", match={"tenant": "acme"}, burst=9)])
     time.sleep(0.3)
     burst()
-    assert cache.join(5)
+    assert current().overrides.join(5)
     assert burst() == 9
 
 
@@ -183,7 +184,7 @@ def test_a_database_failure_keeps_the_last_overrides(save, monkeypatch, caplog):
         raise RuntimeError("database is down")
 
     monkeypatch.setattr("django_gcra.overrides.load_index", broken)
-    cache.expire()
+    current().overrides.expire()
     assert burst() == 9
     assert "could not load limit overrides" in caplog.text
 

@@ -13,9 +13,9 @@ from django.test import Client
 
 from django_gcra import catalog
 from django_gcra.checks import check_overrides
+from django_gcra.engine import current, retire
 from django_gcra.forms import LimitOverrideForm
 from django_gcra.models import LimitOverride
-from django_gcra.overrides import cache
 from tests.plane_urls import INLINE_POLICY
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.plane_urls")]
@@ -30,9 +30,9 @@ def plane(gcra_settings, settings):
     settings.ROOT_URLCONF = "tests.plane_urls"
     settings.REST_FRAMEWORK = RATES
     gcra_settings(**GCRA)
-    cache.reset()
+    retire()
     yield
-    cache.reset()
+    retire()
 
 
 def statuses(path, n, **extra):
@@ -92,10 +92,10 @@ def test_an_override_saved_before_a_scope_is_first_seen_applies_once_it_is(fake_
     catalog._code.pop("drf.uploads", None)  # this process has not built the scope's policy yet
     catalog._throttle_policy.cache_clear()
     save(policy="drf.uploads", limit="uploads", match={}, burst=1)
-    assert cache.get() == {}  # the index knew no such limit when it loaded
+    assert current().overrides.get() == {}  # the index knew no such limit when it loaded
     assert statuses("/uploads/", 1) == [200]  # registers drf.uploads: the index reloads, in the background
-    assert cache.join(5)
-    assert "drf.uploads" in cache.get()
+    assert current().overrides.join(5)
+    assert "drf.uploads" in current().overrides.get()
     assert statuses("/uploads/", 1) == [429]  # burst 1 (as configured, 4 would admit it)
 
 

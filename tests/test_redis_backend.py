@@ -125,11 +125,11 @@ def test_hostile_values_share_one_slot_per_decision(real_redis):
 
 async def test_adecide_uses_a_native_async_client(real_redis):
     from django_gcra import adecide
-    from django_gcra.store import limiter_async_client
+    from django_gcra.engine import current
 
     results = [await adecide("login", {"ip": "async"}) for _ in range(4)]
     assert [d.allowed for d in results] == [True, True, True, False]
-    assert limiter_async_client("default") is not None
+    assert current().stores.async_client("default") is not None
 
 
 

@@ -9,9 +9,8 @@ import time
 import pytest
 
 from django_gcra import adecide, decide
-from django_gcra.backends.breaker import reset_breakers
 from django_gcra.backends.redis import SCRIPT_SHA
-from django_gcra.fallback import local_backend, stats
+from django_gcra.engine import current, retire
 from tests.support.sentinel import SentinelSet, start_sentinels
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -37,17 +36,15 @@ def on_sentinel(group: SentinelSet, settings, gcra_settings):
     settings.CACHES = {"default": group.caches()}
     gcra_settings(TIMEOUT=250, BREAKER={"failures": 3, "cooldown": COOLDOWN},
                   POLICIES={name: policy(name) for name in ("open", "closed", "local")})
-    reset_breakers()
-    stats.reset()
-    local_backend._tats.clear()
+    retire()
     yield group
-    reset_breakers()
+    retire()
 
 
 async def test_sync_and_async_decisions_through_sentinel(on_sentinel: SentinelSet):
     assert [decide("closed", {"ip": "s"}).allowed for _ in range(2)] == [True, True]
     assert [(await adecide("closed", {"ip": "s"})).allowed for _ in range(2)] == [True, False]
-    assert stats.total() == 0
+    assert current().failures.stats.total() == 0
 
 
 def test_master_killed_failover(on_sentinel: SentinelSet):

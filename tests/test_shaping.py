@@ -15,9 +15,8 @@ from django.test import RequestFactory
 
 from django_gcra import SlotRefused, adecide, apace, decide, pace
 from django_gcra.decorators import ratelimit
+from django_gcra.engine import current
 from django_gcra.metrics import outcome_of
-from django_gcra.plan import plan
-from django_gcra.store import backend_for
 from tests.support.workers import pace_times
 
 pytestmark = pytest.mark.redis
@@ -27,8 +26,8 @@ ONE = {"limits": [{"name": "k", "key": ["tenant"], "rate": "10/s", "burst": 1}]}
 
 
 def tats(policy: str, descriptors: dict) -> list[int | None]:
-    p = plan(policy, descriptors)
-    return backend_for(p.policy).read_tats([s.key for s in p.specs])
+    p = current().plan(policy, descriptors)
+    return current().backend_for(p.policy).read_tats([s.key for s in p.specs])
 
 
 @pytest.fixture
@@ -65,8 +64,8 @@ def test_a_denied_request_waits_for_its_own_slot(shaped):
 def test_waiters_get_distinct_slots_one_interval_apart(shaped):
     d = {"tenant": "b"}
     decide("one", d)
-    p = plan("one", d)
-    backend = backend_for(p.policy)
+    p = current().plan("one", d)
+    backend = current().backend_for(p.policy)
     outcomes = [backend.evaluate(p.specs, 1, 5_000_000) for _ in range(5)]  # no sleeping: the slots themselves
     slots = [o.now + o.waited for o in outcomes]
     assert all(o.allowed for o in outcomes)
@@ -99,8 +98,8 @@ def test_composite_reserves_all_or_nothing(shaped):
     refused = decide("two", d, max_wait=0.2)  # fast has a slot in 0.1 s, slow only in 0.5 s
     assert not refused.allowed and refused.limit == "slow"
     assert tats("two", d) == before  # neither limit moved
-    p = plan("two", d)
-    reserved = backend_for(p.policy).evaluate(p.specs, 1, 1_000_000)  # the reservation, without the sleep
+    p = current().plan("two", d)
+    reserved = current().backend_for(p.policy).evaluate(p.specs, 1, 1_000_000)  # the reservation, without the sleep
     assert reserved.allowed and 300_000 < reserved.waited <= 500_000  # the largest wait over the limits
     after = tats("two", d)
     assert after[0] == before[0] + 100_000 and after[1] == before[1] + 500_000  # both limits hold it
@@ -142,7 +141,7 @@ def test_leases_serve_what_they_hold_and_wait_at_the_store(shaped):
     assert all(r.allowed for r in results)
     assert sum(r.waited > 0 for r in results) >= 3  # burst 5 (some leased): the rest waited for slots
     assert max(r.waited for r in results) <= 0.25
-    stats = backend_for(plan("leased", d).policy).stats()
+    stats = current().backend_for(current().plan("leased", d).policy).stats()
     assert stats.leased_units > 0  # a lease was taken and served from
 
 

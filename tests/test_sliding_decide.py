@@ -10,10 +10,8 @@ import pytest
 
 from django_gcra import decide
 from django_gcra.audit import AuditRecorder
-from django_gcra.fallback import local_backend
+from django_gcra.engine import current, retire
 from django_gcra.models import LimitOverride
-from django_gcra.overrides import cache
-from django_gcra.plan import plan
 from django_gcra.signals import decision as decision_signal
 
 pytestmark = pytest.mark.redis
@@ -45,9 +43,10 @@ POLICIES = {
 def policies(real_redis, gcra_settings):
     gcra_settings(DESCRIPTORS={"tenant": TENANT, "tier": "tests.support.descriptors.tier_of"}, POLICIES=POLICIES,
                   FALLBACK_PROCESSES=2)
-    cache.reset()
+    retire()
+    current()  # built now: an override's commit reloads it in this thread (the one that sees the test's transaction)
     yield real_redis
-    cache.reset()
+    retire()
 
 
 def evalsha_calls(client) -> int:
@@ -60,7 +59,7 @@ def test_a_sliding_log_admits_n_then_waits_for_the_oldest(real_redis):
     assert [d.remaining for d in decisions[:3]] == [2, 1, 0]
     denied = decisions[3]
     assert denied.limit == "exports" and 3590 < denied.retry_after <= 3600
-    assert real_redis.zcard(plan("log", {"tenant": "a"}).specs[0].key) == 3  # the denial wrote nothing
+    assert real_redis.zcard(current().plan("log", {"tenant": "a"}).specs[0].key) == 3  # the denial wrote nothing
     headers = denied.headers()
     assert headers["Retry-After"] == "3600"
     assert headers["RateLimit-Policy"] == '"exports";q=3;w=3600'
@@ -74,7 +73,7 @@ def test_a_weighted_window_admits_n_in_a_window(real_redis):
     decisions = [decide("win", {"tenant": "a"}) for _ in range(4)]
     assert [d.allowed for d in decisions] == [True, True, True, False]
     assert 0 < decisions[3].retry_after <= 2 * 3600
-    assert real_redis.get(plan("win", {"tenant": "a"}).specs[0].key).endswith(b":3:0")
+    assert real_redis.get(current().plan("win", {"tenant": "a"}).specs[0].key).endswith(b":3:0")
     assert decide("win", {"tenant": "a"}, cost=0).remaining == 0  # a peek
 
 
@@ -94,7 +93,7 @@ def test_a_mixed_composite_is_one_script_call(real_redis):
 
 
 def test_mixed_all_or_nothing_both_ways(real_redis):
-    specs = plan("mixed", {"tenant": "t", "user": "u"}).specs
+    specs = current().plan("mixed", {"tenant": "t", "user": "u"}).specs
     gcra_key, log_key, win_key = (s.key for s in specs)
     assert [decide("mixed", {"tenant": "t", "user": "u"}).allowed for _ in range(2)] == [True, True]
     # The GCRA burst of 2 is spent: its denial consumes no log entry and no counter unit.
@@ -156,14 +155,13 @@ def test_an_override_with_a_burst_on_a_sliding_limit_is_ignored(django_capture_o
 
 def test_local_fallback_runs_the_same_algorithms(settings):
     settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}}
-    local_backend._tats.clear()
     decisions = [decide("local", {"tenant": "f"}) for _ in range(4)]
     assert all(d.fallback for d in decisions)
     # The log 4/h over FALLBACK_PROCESSES=2: 2; the window's fallback_rate: 2 per hour too.
     assert [d.allowed for d in decisions] == [True, True, False, False]
     assert decisions[2].retry_after > 3000
-    key = plan("local", {"tenant": "f"}).specs[0].key
-    assert len(local_backend._tats[key][1]) == 2  # two entries in the process's log
+    [state] = current().failures.local_backend.read_states(current().plan("local", {"tenant": "f"}).specs[:1])
+    assert len(state) == 2  # two entries in the process's log (the CACHES change built a new engine)
 
 
 def test_audit_and_signal_see_sliding_denials(monkeypatch):

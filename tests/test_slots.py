@@ -16,10 +16,10 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.test import RequestFactory, override_settings
 from django.urls import path
 
-from django_gcra.backends import slots as slotmod
+from django_gcra import adecide, decide
 from django_gcra.decorators import ratelimit
-from django_gcra.limiter import adecide, decide, plan
-from django_gcra.store import store_backend
+from django_gcra.engine import current
+from django_gcra.fallback import status
 
 pytestmark = pytest.mark.django_db  # the overrides are read, and closing a response closes old connections
 
@@ -39,7 +39,6 @@ def policies(**extra):
 @pytest.fixture
 def conc(real_redis, gcra_settings):
     gcra_settings(DESCRIPTORS=TENANT, POLICIES=policies(), AUDIT={"ENABLED": False})
-    slotmod.stats.reset()
     return real_redis
 
 
@@ -67,7 +66,7 @@ def test_at_most_max_slots_then_429_and_release_frees_one(conc):
     b.release()
     d.release()
     assert conc.zcard(slot_key()) == 0
-    snap = slotmod.stats.snapshot()
+    snap = status()["slots"]
     assert snap["refused"] == 1 and snap["released"] >= 3
 
 
@@ -144,13 +143,13 @@ def test_held_slots_are_extended_and_a_dead_holder_frees_after_ttl(conc, gcra_se
     assert held.allowed
     time.sleep(2.5)  # 2.5 ttls: the keeper extended it (every ttl / 3) all along
     assert conc.zcard(key) == 1 and not decide("short", {"tenant": "x"}).allowed
-    assert slotmod.stats.snapshot()["extended"] >= 2
+    assert status()["slots"]["extended"] >= 2
     # A holder that stops extending (as a dead process does) is free again after the ttl.
-    store_backend().keeper.held.discard(held.slots)
+    current().stores.backend().keeper.held.discard(held.slots)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not (d := decide("short", {"tenant": "x"})).allowed:
         time.sleep(0.1)
-    assert d.allowed and slotmod.stats.snapshot()["expired"] >= 1
+    assert d.allowed and status()["slots"]["expired"] >= 1
     d.release()
     held.slots.released = True  # already expired; nothing to send
 
@@ -162,12 +161,12 @@ def test_a_forgotten_decision_is_released_when_collected(conc):
     while conc.zcard(slot_key(tenant="g")) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert conc.zcard(slot_key(tenant="g")) == 0
-    assert slotmod.stats.snapshot()["abandoned"] == 1
+    assert status()["slots"]["abandoned"] == 1
 
 
 def test_release_failures_are_counted_and_logged(conc, caplog):
     d = decide("run", {"tenant": "f"})
-    keeper = store_backend().keeper
+    keeper = current().stores.backend().keeper
 
     class Broken:
         def pipeline(self, transaction=False):
@@ -179,8 +178,8 @@ def test_release_failures_are_counted_and_logged(conc, caplog):
             d.release()
     finally:
         keeper.get_client = get_client
-    assert slotmod.stats.snapshot()["release_failures"] >= 1
-    assert "could not release" in caplog.text or slotmod.stats.snapshot()["release_failures"] >= 1
+    assert status()["slots"]["release_failures"] >= 1
+    assert "could not release" in caplog.text or status()["slots"]["release_failures"] >= 1
 
 
 def test_shadow_concurrency_never_denies(conc, gcra_settings):
@@ -196,20 +195,19 @@ def test_shadow_concurrency_never_denies(conc, gcra_settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_an_override_changes_max(conc):
-    from django_gcra import overrides
     from django_gcra.models import LimitOverride
 
     LimitOverride.objects.create(policy="run", limit="running", match={"tenant": "big"}, burst=3)
-    overrides.cache.reload_now()
+    current().overrides.reload_now()
     try:
         held = [decide("run", {"tenant": "big"}) for _ in range(4)]
         assert [d.allowed for d in held] == [True, True, True, False]
-        assert plan("run", {"tenant": "big"}).slots[0].max == 3
+        assert current().plan("run", {"tenant": "big"}).slots[0].max == 3
         for d in held:
             d.release()
     finally:
         LimitOverride.objects.all().delete()
-        overrides.cache.reload_now()
+        current().overrides.reload_now()
 
 
 def test_failure_policies(gcra_settings, settings):
@@ -229,13 +227,13 @@ def test_failure_policies(gcra_settings, settings):
     # local: a per-process semaphore of max, released like a Redis slot.
     a, b, c = (decide("local", {"tenant": "l"}) for _ in range(3))
     assert a.allowed and b.allowed and not c.allowed and c.fallback and c.limit == "running"
-    assert slotmod.LocalSemaphores.held_total() >= 2
+    assert current().slots.local.held_total() >= 2
     a.release()
     d = decide("local", {"tenant": "l"})
     assert d.allowed
     for x in (b, d):
         x.release()
-    assert slotmod.LocalSemaphores.counts(["rl:{l}:local:running~conc:l"]) == [0]
+    assert current().slots.local.counts(["rl:{l}:local:running~conc:l"]) == [0]
 
 
 # -- the surfaces ------------------------------------------------------------------------

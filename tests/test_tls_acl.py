@@ -16,7 +16,7 @@ import pytest
 from django.core.management import call_command
 
 from django_gcra import adecide, decide
-from django_gcra.store import store_backend
+from django_gcra.engine import current
 from tests.conftest import ACL_DB, ACL_PASSWORD, ACL_USER, acl_location
 from tests.support.servers import make_tls
 
@@ -97,7 +97,7 @@ def test_concurrency_slots_are_taken_and_released(store):
     assert first.allowed and second.allowed and not third.allowed and not third.fallback
     assert store.zcard("rl:{t}:run:running~conc:t") == 2
     first.release()
-    store_backend().keeper.flush()  # the release is pipelined off the request path, as the ACL user
+    current().stores.backend().keeper.flush()  # the release is pipelined off the request path, as the ACL user
     assert store.zcard("rl:{t}:run:running~conc:t") == 1
     again = decide("run", {"tenant": "t"})
     assert again.allowed and not again.fallback
@@ -110,7 +110,7 @@ def test_async_concurrency_slots(store):
         a, b = await adecide("run", {"tenant": "u"}), await adecide("run", {"tenant": "u"})
         c = await adecide("run", {"tenant": "u"})
         await a.arelease()
-        await asyncio.to_thread(store_backend().keeper.flush)  # the release is pipelined off the request path
+        await asyncio.to_thread(current().stores.backend().keeper.flush)  # the release is pipelined off the request path
         d = await adecide("run", {"tenant": "u"})
         await b.arelease()
         await d.arelease()

@@ -41,14 +41,15 @@ async def limited(request):
 
 
 async def status(request):
-    from django_gcra import fallback, store
-    from django_gcra.conf import get_settings
+    from django_gcra.engine import current
 
-    s = get_settings()
-    pools = [client.connection_pool for clients in list(store._async.values()) for client in clients.values()]
-    return JsonResponse({"fallback": fallback.stats.total(), "breakers": fallback.status()["breakers"],
+    engine = current()
+    s = engine.settings
+    pools = [client.connection_pool for client in engine.stores.async_clients()]
+    report = engine.status()  # fallback.status()
+    return JsonResponse({"fallback": engine.failures.stats.total(), "breakers": report["breakers"],
                          "timeout": s.timeout, "connect_timeout": s.connect_timeout,
-                         "last_error": fallback.stats.last_error,
+                         "last_error": report["fallback"]["last_error"],
                          "pools": [{k: getattr(p, k, None) for k in POOL_STATS} for p in pools]})
 
 

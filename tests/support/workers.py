@@ -55,11 +55,11 @@ def hammer_path(path: str, redis_url: str, gcra: dict, policy: str, descriptors:
     the decisions this process's leases served from memory (0 without a lease)."""
     setup_django(redis_url, gcra)
     from django_gcra import adecide, decide
+    from django_gcra.engine import current
     from django_gcra.leases import lease_stats
-    from django_gcra.plan import _plans
 
     if path == "memo-full":
-        _plans.size = 0
+        current().planner.memo.size = 0  # (this process's settings do not change: one engine)
     if path == "async":
         result = asyncio.run(_ahammer(adecide, policy, descriptors, start_at, duration, max_calls))
     else:
@@ -107,11 +107,11 @@ def hammer_times(redis_url: str, gcra: dict, policy: str, descriptors: dict, sta
     """Like ``hammer``, on the store directly: the Redis times (us, the script's own clock,
     ``Outcome.now``) of the admitted decisions, and the number of calls."""
     setup_django(redis_url, gcra)
-    from django_gcra.plan import plan
-    from django_gcra.store import store_backend
+    from django_gcra.engine import current
 
-    specs = plan(policy, descriptors).specs
-    backend = store_backend()
+    engine = current()
+    specs = engine.plan(policy, descriptors).specs
+    backend = engine.stores.backend()
     backend.evaluate(specs, 0)  # connect and load the script before the clock starts
     times: list[int] = []
 
