@@ -159,11 +159,10 @@ def current() -> Engine:
     global running
     engine = running
     if engine is None:
-        settings = get_settings()  # (ImproperlyConfigured while the settings are in error)
-        with _lock:
+        with _lock:  # (the settings read under the lock: a change meanwhile retires what is built from them)
             engine = running
             if engine is None:
-                engine = running = Engine(settings)
+                engine = running = Engine(get_settings())  # ImproperlyConfigured while they are in error
     return engine
 
 

@@ -11,7 +11,7 @@ import pytest
 from redis.exceptions import ResponseError
 
 from django_gcra import adecide
-from django_gcra.backends.multiplex import ASYNC_LANES, multiplexer_for
+from django_gcra.backends.multiplex import ASYNC_LANES
 from django_gcra.engine import current, retire
 
 pytestmark = [pytest.mark.redis]
@@ -39,7 +39,9 @@ def script_loads(client) -> int:
 
 
 def mux():
-    found = multiplexer_for(current().stores.async_client("default"))
+    """The multiplexer the decisions of this event loop go through (the store backend's)."""
+    stores = current().stores
+    found = stores.backend().multiplexer(stores.async_client("default"))
     assert found is not None
     return found
 

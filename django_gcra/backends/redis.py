@@ -214,7 +214,7 @@ class RedisBackend(Backend):
             last = self._runner = (pool, None if pool is None else direct.runner_for(pool))
         return last[1]
 
-    def _multiplexer(self, client: Any) -> Multiplexer | None:
+    def multiplexer(self, client: Any) -> Multiplexer | None:
         """The multiplexer of an asyncio client (one per client: per event loop)."""
         try:
             return self._muxes[client]
@@ -323,7 +323,7 @@ class RedisBackend(Backend):
         if last[0] is client:
             mux = last[1]
         else:
-            mux = self._multiplexer(client)
+            mux = self.multiplexer(client)
             self._last_mux = (client, mux)
         token = self.slots.new_token() if _has_concurrency(specs) else None
         try:
