@@ -30,7 +30,6 @@ from .plan import Plan, PlannedLimit
 __all__ = ["UNAVAILABLE", "FailurePolicy", "FallbackStats", "fallback_spec"]
 
 logger = logging.getLogger("django_gcra")
-local_backend = MemoryBackend()  # the per-process store of on_failure="local"
 
 UNAVAILABLE = object()  # on_failure="closed": deny without a limit having been exceeded
 

@@ -4,8 +4,8 @@ Labels are bounded by configuration, never by traffic: policy, limit and outcome
 come from settings, so no key, tenant or user ever becomes a label. Fallback decisions
 (the store was unreachable) are counted apart, so failing open never looks like
 healthy traffic. Concurrency slots (per process: held now, and since start acquired,
-released, refused, expired by ttl, abandoned, release failures) are read from
-``backends.slots.stats`` when scraped.
+released, refused, expired by ttl, abandoned, release failures) are read from the
+engine in force's slot book when scraped.
 
 ``django_gcra_decisions_total`` is not incremented per decision: the console's counts
 (``tally``) already count every decision by policy, limit and outcome (one dict increment),
