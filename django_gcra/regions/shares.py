@@ -23,7 +23,7 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from ..budgets import Budget, RegionSettings
-from ..conf import get_settings, on_change
+from ..conf import get_settings
 from ..keys import escape
 from ..policy import Limit, Policy
 from ..store import in_event_loop
@@ -114,27 +114,9 @@ class ShareState:
         self.idle = threading.Event()  # clear while a sync is asked for or in flight
         self.idle.set()
         self._sync = sync
+        self._home_functions: dict[str, Callable[[Mapping[str, str]], Any]] = {}  # dotted path -> the function
         self.worker = Worker("regions", self._sync_step, first=None)
         self.listeners: list[Callable[[], None]] = []
-
-    def reset(self) -> None:
-        """Forget everything (settings changed, tests)."""
-        self.join(5)
-        with self.demand_lock:
-            self.demand, self.totals, self.keys, self.key_of = {}, {}, {}, None
-        self.keyed = frozenset()
-        self.shares, self.window, self.loaded, self.failing, self.next_sync = {}, None, False, False, 0.0
-        self.synced_at = None
-        self.changed()
-
-    def forget_parent(self) -> None:
-        """In a forked child: a forked worker has no thread behind a sync its parent had in
-        flight, and must not report its parent's demand a second time; it keeps the
-        parent's shares."""
-        self.sync_lock, self.demand_lock = threading.Lock(), threading.Lock()
-        self.idle = threading.Event()
-        self.idle.set()
-        self.demand, self.keys, self.totals, self.next_sync = {}, {}, {}, 0.0
 
     def join(self, timeout: float) -> bool:
         return self.idle.wait(timeout)
@@ -190,7 +172,7 @@ class ShareState:
             return budget.shares.get(local, 0.0) if budget.shares else regions.equal
         if mode == "home":
             assert budget.home is not None
-            home = _home_of(budget.home, values)
+            home = self._home_of(budget.home, values)
             if home == local:
                 return 1.0
             return budget.away if home in regions.caches else regions.equal
@@ -202,20 +184,13 @@ class ShareState:
         share = vector.get(local) if vector is not None else None
         return regions.equal if share is None or not 0.0 < share <= 1.0 else share
 
-
-_home_functions: dict[str, Callable[[Mapping[str, str]], Any]] = {}  # dotted path -> the imported function
-
-
-def _home_of(path: str, values: Mapping[str, str]) -> str | None:
-    function = _home_functions.get(path)
-    try:
-        if function is None:
-            function = _home_functions[path] = import_string(path)
-        region = function(values)
-    except Exception:
-        logger.exception("django_gcra: home region function %s failed; using the equal share", path)
-        return None
-    return region if isinstance(region, str) else None
-
-
-on_change(_home_functions.clear)
+    def _home_of(self, path: str, values: Mapping[str, str]) -> str | None:
+        function = self._home_functions.get(path)
+        try:
+            if function is None:
+                function = self._home_functions[path] = import_string(path)
+            region = function(values)
+        except Exception:
+            logger.exception("django_gcra: home region function %s failed; using the equal share", path)
+            return None
+        return region if isinstance(region, str) else None
