@@ -191,3 +191,41 @@ def test_a_forked_child_builds_its_own_engine_and_never_spends_the_parents_lease
     assert engine.running is parent and lease_stats()["search"].held_units == 9  # the parent's lease stands
     assert decide("search", {"ip": "f"}, cost=0).remaining == store_left - 1  # the store saw the child's unit
 
+
+
+def test_decisions_in_flight_across_settings_changes_all_complete(gcra_settings):
+    """Threads deciding while the settings change under them: each decision is made whole
+    by the engine it started on, or by the next one (never an error, never a fallback), and
+    the changes leave no engine's workers running but the last one's."""
+    errors: list[BaseException] = []
+    made: list[bool] = []
+    stop = threading.Event()
+
+    def decide_until_stopped(n: int) -> None:
+        for i in range(2000):  # bounded; stopped sooner
+            if stop.is_set():
+                return
+            try:
+                decision = decide("search", {"ip": f"t{n}-{i % 5}"})
+                decision2 = decide("run", {"ip": f"r{n}"})
+                decision2.release()
+                made.append(not decision.fallback and not decision2.fallback)
+            except BaseException as exc:  # noqa: BLE001 (the test reports it)
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=decide_until_stopped, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        for burst in (4, 5, 6, 7, 8):  # each a new configuration: the engine in force retired
+            time.sleep(0.05)
+            gcra_settings(POLICIES={**POLICIES, "login": {"limits": [
+                {"name": "ip", "key": ["ip"], "rate": "5/m", "burst": burst}]}})
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    assert errors == [] and made and all(made)
+    retire()
+    assert engine_threads() == []

@@ -99,16 +99,21 @@ class SlotBook:
         self.prefix = f"{uuid.uuid4().hex[:12]}:{os.getpid()}:"  # (a forked child builds its own book)
         self._counter = itertools.count()
         self._lock = threading.Lock()
+        self.closed = False
 
     def new_token(self) -> str:
         """A holder token unique to one decision, across hosts and processes (and forks)."""
         return self.prefix + str(next(self._counter))
 
     def keeper(self, get_client: Callable[[], Any], get_async_client: Callable[[], Any] | None = None) -> SlotKeeper:
-        """A new keeper of one store's slots."""
+        """A new keeper of one store's slots (made by a closed book, a decision still in
+        flight on a retired engine, its thread never starts: its slots are released
+        directly, and their ttl frees the ones not released)."""
         keeper = SlotKeeper(self.stats, get_client, get_async_client=get_async_client)
         with self._lock:
             self.keepers.append(keeper)
+            if self.closed:
+                keeper.worker.stop()
         return keeper
 
     def held(self) -> int:
@@ -117,7 +122,10 @@ class SlotBook:
 
     def close(self) -> None:
         """Send the queued releases and stop the keepers' threads (the engine is retired)."""
-        for keeper in list(self.keepers):
+        with self._lock:
+            self.closed = True
+            keepers = list(self.keepers)
+        for keeper in keepers:
             keeper.worker.stop()
 
     def forget(self) -> None:
