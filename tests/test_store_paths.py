@@ -1,0 +1,282 @@
+"""Every client path of the limiter, on every server set-up it serves (issue 39, item 4).
+
+The paths (docs/stores.md, "Which client path serves which set-up"):
+
+========================  ============================================  =====================================
+set-up                    sync ``decide()``                             async ``adecide()``
+========================  ============================================  =====================================
+one server, TCP           the direct runner, hiredis on the socket      ``SetUpPool`` + the multiplexer
+one server, TLS           the direct runner, through redis-py's         ``SetUpPool`` + the multiplexer
+                          connection (an ``SSLSocket``)                 (asyncio's TLS transport)
+Sentinel                  redis-py (``SentinelConnectionPool``)         ``SentinelSetUpPool`` + the multiplexer
+Redis Cluster             redis-py's ``RedisCluster``                   redis-py's asyncio ``RedisCluster``
+========================  ============================================  =====================================
+
+Every limiter connection speaks RESP2 (``clients.tight_kwargs``) whatever the cache's
+own ``protocol``: each set-up runs with the cache configured for RESP2 and for RESP3
+(``OPTIONS["CONNECTION_POOL_KWARGS"]["protocol"]``, which django-redis hands to redis-py).
+The standalone set-ups use a non-zero database; the TLS one is an ACL user with a
+password, limited to the ``rl:*`` keys, on database 3 (tests/conftest.py ``tls_server``).
+
+Each case goes through the public API only (``decide``/``adecide``, the ``Decision``
+fields, ``release()``/``arelease()``) and reads the store with an administrator's plain
+client: a burst of N admits N and denies the next with a positive ``retry_after``, never a
+fallback; the key is on the expected database with a TTL; one script call (``EVALSHA``,
+counted by the server's ``INFO commandstats``) per decision; a concurrency slot is taken
+(a member of the limit's ZSET) and released (gone at once); a leased policy admits exactly
+its burst in fewer store calls than decisions.
+
+Which sync path ran (the direct runner or redis-py) has no public signal and no
+server-visible one: both write the same ``EVALSHA`` on the same kind of connection, the
+runner only saves client CPU. The server's count of script calls proves each path makes
+exactly one per decision; the table above (and ``backends/direct.py``) says which path it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+from django_redis import get_redis_connection
+
+from django_gcra import adecide, decide
+from django_gcra.backends.breaker import reset_breakers
+from django_gcra.fallback import stats
+from tests.conftest import ACL_DB, ACL_USER
+from tests.support.cluster import start_cluster
+from tests.support.sentinel import SERVICE, start_sentinels
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+BURST, SLOTS, LEASED_BURST = 3, 1, 12
+POLICIES = {
+    "rate": {"limits": [{"name": "ip", "key": ["ip"], "rate": "60/h", "burst": BURST}], "on_failure": "closed"},
+    "run": {"concurrency": [{"name": "running", "key": ["ip"], "max": SLOTS, "ttl": 30}], "on_failure": "closed"},
+    "leased": {"limits": [{"name": "ip", "key": ["ip"], "rate": "60/h", "burst": LEASED_BURST}],
+               "lease": {"size": 4, "ttl": 30.0}, "on_failure": "closed"},
+}
+@dataclass
+class Setup:
+    """One server set-up: the cache entry the limiter reads, and an administrator's view of the store."""
+
+    caches: dict[str, Any]
+    admin: Any  # a plain client (RedisCluster on a cluster) on the database the limiter must write to
+    nodes: list[redis.Redis]  # every server that runs scripts, as an administrator on that database
+    db: int = 0
+    user: str = "default"  # the user the limiter must authenticate as
+    db0: redis.Redis | None = None  # database 0 of the same server, when ``db`` is another one
+
+    def flush(self) -> None:
+        for node in self.nodes:
+            node.flushall()
+
+    def script_calls(self) -> int:
+        """EVALSHA calls the server(s) ran, as their own INFO commandstats counts them."""
+        return sum(node.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0) for node in self.nodes)
+
+    def script_connections(self) -> list[dict[str, Any]]:
+        """The server's CLIENT LIST entries of the connections whose last command was EVALSHA
+        on this set-up's database: the limiter's (the cache's own client runs no scripts)."""
+        return [c for node in self.nodes for c in node.client_list()
+                if c.get("cmd") == "evalsha" and int(c["db"]) == self.db]
+
+    def close(self) -> None:
+        for client in {id(c): c for c in [self.admin, *self.nodes, self.db0] if c is not None}.values():
+            client.close()
+
+
+def with_protocol(caches: dict[str, Any], protocol: int) -> dict[str, Any]:
+    """``caches`` with the cache's own connections on RESP ``protocol`` (django-redis's pool kwargs)."""
+    options = dict(caches.get("OPTIONS", {}))
+    options["CONNECTION_POOL_KWARGS"] = {**options.get("CONNECTION_POOL_KWARGS", {}), "protocol": protocol}
+    return {**caches, "OPTIONS": options}
+
+
+def redis_cache(location: str) -> dict[str, Any]:
+    return {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": location}
+
+
+@pytest.fixture(scope="module")
+def sentinel_group():
+    group = start_sentinels()
+    yield group
+    group.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = start_cluster()
+    yield c
+    c.stop()
+
+
+# The database of each standalone set-up and cache protocol: never 0, and one per protocol,
+# because django-redis keeps one connection pool per LOCATION for the whole process (the
+# RESP3 configuration must not be served the pool of an earlier RESP2 one on the same URL).
+STANDALONE_DB = {2: 5, 3: 6}
+TLS_DB = {2: ACL_DB, 3: ACL_DB + 1}
+SENTINEL_DB = {2: 2, 3: 7}
+
+
+def standalone(request: pytest.FixtureRequest, protocol: int) -> Setup:
+    """The session's server (plain TCP; TLS as an ACL user under GCRA_TLS_ACL=1)."""
+    server = dataclasses.replace(request.getfixturevalue("redis_server"), db=STANDALONE_DB[protocol])
+    admin = server.client()
+    return Setup(redis_cache(server.url), admin, [admin], server.db, server.user or "default", server.client(db=0))
+
+
+def tls_acl(request: pytest.FixtureRequest, protocol: int) -> Setup:
+    """TLS only, as the ACL user ``gcra-app`` with a password (its ``rl:*`` keys only)."""
+    server = dataclasses.replace(request.getfixturevalue("tls_server"), db=TLS_DB[protocol])
+    assert server.tls is not None and server.user == ACL_USER and server.password
+    admin = server.client()
+    return Setup(redis_cache(server.url), admin, [admin], server.db, ACL_USER, server.client(db=0))
+
+
+def sentinel(request: pytest.FixtureRequest, protocol: int) -> Setup:
+    """django-redis's SentinelClient on a master, a replica and three sentinels."""
+    group = request.getfixturevalue("sentinel_group")
+    db = SENTINEL_DB[protocol]
+    caches = {**group.caches(), "LOCATION": f"redis://{SERVICE}/{db}"}
+    master = redis.Redis(port=group.master_port(), db=db)
+    return Setup(caches, master, [master], db, db0=redis.Redis(port=group.master_port(), db=0))
+
+
+def on_cluster(request: pytest.FixtureRequest, protocol: int) -> Setup:
+    """django_gcra's ClusterClient on 3 masters (a cluster has database 0 only)."""
+    c = request.getfixturevalue("cluster")
+    return Setup(c.caches(), c.client(), [node.client() for node in c.nodes])
+
+
+SETUPS: dict[str, Callable[[pytest.FixtureRequest, int], Setup]] = {
+    "standalone": standalone, "tls-acl": tls_acl, "sentinel": sentinel, "cluster": on_cluster}
+
+
+@pytest.fixture(params=[(name, protocol) for name in SETUPS for protocol in (2, 3)],
+                ids=lambda p: f"{p[0]}-resp{p[1]}")
+def store(request, settings, gcra_settings) -> Iterator[Setup]:
+    """The limiter on one set-up, its cache configured for RESP2 or RESP3, the store emptied."""
+    name, protocol = request.param
+    setup = SETUPS[name](request, protocol)
+    setup.flush()
+    settings.CACHES = {"default": with_protocol(setup.caches, protocol)}
+    # The cache's own client speaks the protocol configured, as the server sees it.
+    assert get_redis_connection("default").client_info()["resp"] == str(protocol)
+    gcra_settings(POLICIES=POLICIES, AUDIT={"ENABLED": False})
+    reset_breakers()
+    stats.reset()
+    yield setup
+    reset_breakers()
+    setup.close()
+
+
+def assert_limiter_connections(setup: Setup) -> None:
+    """The limiter's connections, as the server lists them: RESP2 whatever the cache's
+    protocol, on the set-up's database, authenticated as its user."""
+    found = setup.script_connections()
+    assert found, "no connection ran the script"
+    assert {(c["resp"], int(c["db"]), c["user"]) for c in found} == {("2", setup.db, setup.user)}
+
+
+def key_of(policy: str, limit: str, ip: str, suffix: str = "") -> str:
+    return f"rl:{{{ip}}}:{policy}:{limit}{suffix}:{ip}"
+
+
+def assert_stored(setup: Setup, key: str) -> None:
+    """``key`` is on the set-up's database, with a TTL, and not on database 0 of the same server."""
+    assert setup.admin.exists(key) == 1, key
+    assert setup.admin.pttl(key) > 0, key  # a TTL: the store cleans up after an idle key
+    if setup.db0 is not None:
+        assert setup.db0.exists(key) == 0, f"{key} written to database 0"
+
+
+def assert_burst(decisions: list, burst: int) -> None:
+    """``burst`` admitted, the next one denied with a positive retry_after, none a fallback."""
+    assert [d.allowed for d in decisions] == [True] * burst + [False] * (len(decisions) - burst)
+    assert not any(d.fallback or d.unavailable for d in decisions)
+    assert [d.remaining for d in decisions[:burst]] == list(range(burst - 1, -1, -1))
+    denied = decisions[burst]
+    assert denied.limit == "ip" and denied.retry_after > 0
+
+
+# -- sync
+
+
+def test_sync_burst_is_exact_one_script_call_each(store: Setup):
+    decide("rate", {"ip": "warm"})  # the script loaded (NOSCRIPT, then SCRIPT LOAD) before counting
+    before = store.script_calls()
+    decisions = [decide("rate", {"ip": "a"}) for _ in range(BURST + 1)]
+    assert store.script_calls() - before == BURST + 1  # one EVALSHA per decision, no retry, no EVAL
+    assert_burst(decisions, BURST)
+    assert_stored(store, key_of("rate", "ip", "a"))
+    assert_limiter_connections(store)
+    assert stats.total() == 0
+
+
+def test_sync_concurrency_slot_is_taken_and_released(store: Setup):
+    key = key_of("run", "running", "b", "~conc")
+    held = decide("run", {"ip": "b"})
+    refused = decide("run", {"ip": "b"})
+    assert held.allowed and not held.fallback and held.slots is not None
+    assert not refused.allowed and not refused.fallback and refused.limit == "running"
+    assert store.admin.zcard(key) == SLOTS
+    assert_stored(store, key)
+    held.release()  # one round trip, done when it returns
+    assert store.admin.zcard(key) == 0
+    again = decide("run", {"ip": "b"})
+    assert again.allowed and not again.fallback
+    again.release()
+    assert store.admin.zcard(key) == 0
+
+
+def test_sync_leased_policy_admits_exactly_its_burst(store: Setup):
+    decide("rate", {"ip": "warm"})
+    before = store.script_calls()
+    decisions = [decide("leased", {"ip": "c"}) for _ in range(LEASED_BURST + 2)]
+    assert_burst(decisions, LEASED_BURST)
+    assert store.script_calls() - before < len(decisions)  # leases: fewer store calls than decisions
+    assert_stored(store, key_of("leased", "ip", "c"))
+
+
+# -- async
+
+
+async def test_async_burst_is_exact_one_script_call_each(store: Setup):
+    await adecide("rate", {"ip": "warm"})
+    before = await asyncio.to_thread(store.script_calls)
+    decisions = [await adecide("rate", {"ip": "d"}) for _ in range(BURST + 1)]
+    assert await asyncio.to_thread(store.script_calls) - before == BURST + 1
+    assert_burst(decisions, BURST)
+    await asyncio.to_thread(assert_stored, store, key_of("rate", "ip", "d"))
+    await asyncio.to_thread(assert_limiter_connections, store)
+    assert stats.total() == 0
+
+
+async def test_async_concurrency_slot_is_taken_and_released(store: Setup):
+    key = key_of("run", "running", "e", "~conc")
+    held = await adecide("run", {"ip": "e"})
+    refused = await adecide("run", {"ip": "e"})
+    assert held.allowed and not held.fallback and held.slots is not None
+    assert not refused.allowed and not refused.fallback and refused.limit == "running"
+    assert await asyncio.to_thread(store.admin.zcard, key) == SLOTS
+    await asyncio.to_thread(assert_stored, store, key)
+    await held.arelease()  # on the event loop's own client, done when it returns
+    assert await asyncio.to_thread(store.admin.zcard, key) == 0
+    again = await adecide("run", {"ip": "e"})
+    assert again.allowed and not again.fallback
+    await again.arelease()
+    assert await asyncio.to_thread(store.admin.zcard, key) == 0
+
+
+async def test_async_leased_policy_admits_exactly_its_burst(store: Setup):
+    await adecide("rate", {"ip": "warm"})
+    before = await asyncio.to_thread(store.script_calls)
+    decisions = [await adecide("leased", {"ip": "f"}) for _ in range(LEASED_BURST + 2)]
+    assert_burst(decisions, LEASED_BURST)
+    assert await asyncio.to_thread(store.script_calls) - before < len(decisions)
+    await asyncio.to_thread(assert_stored, store, key_of("leased", "ip", "f"))
