@@ -15,8 +15,11 @@ Redis Cluster             redis-py's ``RedisCluster``                   redis-py
 Every limiter connection speaks RESP2 (``clients.tight_kwargs``) whatever the cache's
 own ``protocol``: each set-up runs with the cache configured for RESP2 and for RESP3
 (``OPTIONS["CONNECTION_POOL_KWARGS"]["protocol"]``, which django-redis hands to redis-py).
-The standalone set-ups use a non-zero database; the TLS one is an ACL user with a
-password, limited to the ``rl:*`` keys, on database 3 (tests/conftest.py ``tls_server``).
+The set-ups: one server without a password (``standalone``; under ``GCRA_TLS_ACL=1`` the
+session's TLS server as the ACL user); the ACL user ``gcra-app`` with a password, limited
+to the ``rl:*`` keys and without dangerous or admin commands, over plain TCP (``acl``) and
+over TLS only (``tls-acl``, a CA the fixture made, required); Sentinel and Cluster, both
+as that ACL user. Every one but the cluster's (database 0 only) on a non-zero database.
 
 Each case goes through the public API only (``decide``/``adecide``, the ``Decision``
 fields, ``release()``/``arelease()``) and reads the store with an administrator's plain
@@ -24,7 +27,10 @@ client: a burst of N admits N and denies the next with a positive ``retry_after`
 fallback; the key is on the expected database with a TTL; one script call (``EVALSHA``,
 counted by the server's ``INFO commandstats``) per decision; a concurrency slot is taken
 (a member of the limit's ZSET) and released (gone at once); a leased policy admits exactly
-its burst in fewer store calls than decisions.
+its burst in fewer store calls than decisions. The server itself shows the protocols: the
+cache's own connection speaks the configured one (``CLIENT INFO``), and every connection
+that ran the script is RESP2, on the set-up's database, authenticated as its user
+(``CLIENT LIST``).
 
 Which sync path ran (the direct runner or redis-py) has no public signal and no
 server-visible one: both write the same ``EVALSHA`` on the same kind of connection, the
@@ -39,6 +45,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import redis
@@ -47,8 +54,8 @@ from django_redis import get_redis_connection
 from django_gcra import adecide, decide
 from django_gcra.backends.breaker import reset_breakers
 from django_gcra.fallback import stats
-from tests.conftest import ACL_DB, ACL_USER
-from tests.support.cluster import start_cluster
+from tests.conftest import ACL_DB, ACL_PASSWORD, ACL_USER
+from tests.support.cluster import cluster_caches, start_cluster
 from tests.support.sentinel import SERVICE, start_sentinels
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -101,60 +108,85 @@ def redis_cache(location: str) -> dict[str, Any]:
     return {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": location}
 
 
+def add_app_user(client: redis.Redis) -> None:
+    """The ACL user the application connects as (tests/conftest.py's): a password, its
+    ``rl:*`` keys only, no dangerous or admin command. ACL is per server, never replicated."""
+    client.acl_setuser(ACL_USER, reset=True, enabled=True, passwords=[f"+{ACL_PASSWORD}"], keys=["rl:*"],
+                       commands=["+@all", "-@dangerous", "-@admin"])
+
+
+APP_AUTH = f"{quote(ACL_USER, safe='')}:{quote(ACL_PASSWORD, safe='')}@"
+
+
 @pytest.fixture(scope="module")
 def sentinel_group():
+    """A master, a replica and three sentinels; the application's ACL user on both servers."""
     group = start_sentinels()
+    for server in (group.master, group.replica):
+        add_app_user(server.client())
     yield group
     group.stop()
 
 
 @pytest.fixture(scope="module")
 def cluster():
+    """3 masters; the application's ACL user on each."""
     c = start_cluster()
+    for node in c.nodes:
+        add_app_user(node.client())
     yield c
     c.stop()
 
 
-# The database of each standalone set-up and cache protocol: never 0, and one per protocol,
-# because django-redis keeps one connection pool per LOCATION for the whole process (the
-# RESP3 configuration must not be served the pool of an earlier RESP2 one on the same URL).
+# The database of each set-up and cache protocol: never 0 (but on a cluster), and one per
+# protocol, because django-redis keeps one connection pool per LOCATION for the whole
+# process (the RESP3 configuration must not be served the pool of a RESP2 one on the same URL).
 STANDALONE_DB = {2: 5, 3: 6}
-TLS_DB = {2: ACL_DB, 3: ACL_DB + 1}
+ACL_DBS = {2: ACL_DB, 3: ACL_DB + 1}
 SENTINEL_DB = {2: 2, 3: 7}
 
 
 def standalone(request: pytest.FixtureRequest, protocol: int) -> Setup:
-    """The session's server (plain TCP; TLS as an ACL user under GCRA_TLS_ACL=1)."""
+    """The session's server: plain TCP, no password (TLS as an ACL user under GCRA_TLS_ACL=1)."""
     server = dataclasses.replace(request.getfixturevalue("redis_server"), db=STANDALONE_DB[protocol])
     admin = server.client()
     return Setup(redis_cache(server.url), admin, [admin], server.db, server.user or "default", server.client(db=0))
 
 
+def acl(request: pytest.FixtureRequest, protocol: int) -> Setup:
+    """Plain TCP, as the ACL user ``gcra-app`` with a password (its ``rl:*`` keys only)."""
+    server = dataclasses.replace(request.getfixturevalue("acl_server"), db=ACL_DBS[protocol])
+    assert server.tls is None and server.user == ACL_USER and server.password
+    admin = server.client()
+    return Setup(redis_cache(server.url), admin, [admin], server.db, ACL_USER, server.client(db=0))
+
+
 def tls_acl(request: pytest.FixtureRequest, protocol: int) -> Setup:
-    """TLS only, as the ACL user ``gcra-app`` with a password (its ``rl:*`` keys only)."""
-    server = dataclasses.replace(request.getfixturevalue("tls_server"), db=TLS_DB[protocol])
+    """TLS only (a CA the fixture made, required), as the ACL user ``gcra-app`` with a password."""
+    server = dataclasses.replace(request.getfixturevalue("tls_server"), db=ACL_DBS[protocol])
     assert server.tls is not None and server.user == ACL_USER and server.password
     admin = server.client()
     return Setup(redis_cache(server.url), admin, [admin], server.db, ACL_USER, server.client(db=0))
 
 
 def sentinel(request: pytest.FixtureRequest, protocol: int) -> Setup:
-    """django-redis's SentinelClient on a master, a replica and three sentinels."""
+    """django-redis's SentinelClient, as the ACL user with a password, on the master the sentinels name."""
     group = request.getfixturevalue("sentinel_group")
     db = SENTINEL_DB[protocol]
-    caches = {**group.caches(), "LOCATION": f"redis://{SERVICE}/{db}"}
+    caches = {**group.caches(), "LOCATION": f"redis://{APP_AUTH}{SERVICE}/{db}"}
     master = redis.Redis(port=group.master_port(), db=db)
-    return Setup(caches, master, [master], db, db0=redis.Redis(port=group.master_port(), db=0))
+    return Setup(caches, master, [master], db, ACL_USER, redis.Redis(port=group.master_port(), db=0))
 
 
 def on_cluster(request: pytest.FixtureRequest, protocol: int) -> Setup:
-    """django_gcra's ClusterClient on 3 masters (a cluster has database 0 only)."""
+    """django_gcra's ClusterClient on 3 masters, as the ACL user with a password (database 0 only)."""
     c = request.getfixturevalue("cluster")
-    return Setup(c.caches(), c.client(), [node.client() for node in c.nodes])
+    caches = cluster_caches([f"redis://{APP_AUTH}127.0.0.1:{node.port}" for node in c.nodes])
+    return Setup(caches, c.client(), [node.client() for node in c.nodes], 0, ACL_USER)
 
 
 SETUPS: dict[str, Callable[[pytest.FixtureRequest, int], Setup]] = {
-    "standalone": standalone, "tls-acl": tls_acl, "sentinel": sentinel, "cluster": on_cluster}
+    "standalone": standalone, "acl": acl, "tls-acl": tls_acl, "sentinel": sentinel, "cluster": on_cluster}
 
 
 @pytest.fixture(params=[(name, protocol) for name in SETUPS for protocol in (2, 3)],
