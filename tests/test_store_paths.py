@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -55,8 +57,9 @@ from django_gcra import adecide, decide
 from django_gcra.backends.breaker import reset_breakers
 from django_gcra.fallback import stats
 from tests.conftest import ACL_DB, ACL_PASSWORD, ACL_USER
-from tests.support.cluster import cluster_caches, start_cluster
+from tests.support.cluster import start_cluster
 from tests.support.sentinel import SERVICE, start_sentinels
+from tests.support.servers import STORE, RedisServer, TLSFiles, free_port, make_tls, server_binary
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -138,12 +141,50 @@ def cluster():
     c.stop()
 
 
-# The database of each set-up and cache protocol: never 0 (but on a cluster), and one per
-# protocol, because django-redis keeps one connection pool per LOCATION for the whole
-# process (the RESP3 configuration must not be served the pool of a RESP2 one on the same URL).
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory) -> TLSFiles:
+    """A CA and a certificate for 127.0.0.1 (skipped on a valkey-server built without TLS)."""
+    if STORE == "valkey" and not has_tls():
+        pytest.skip(f"{server_binary()} has no TLS support")
+    return make_tls(str(tmp_path_factory.mktemp("paths-tls")))
+
+
+def has_tls() -> bool:
+    """True when the server binary starts a TLS listener."""
+    try:
+        RedisServer(free_port(), tls=make_tls(tempfile.mkdtemp(prefix="gcra-tls-probe-"))).start().stop()
+    except RuntimeError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def tls_sentinel_group(tls_files):
+    """``sentinel_group`` with every server and sentinel listening with TLS only."""
+    group = start_sentinels(tls=tls_files)
+    for server in (group.master, group.replica):
+        add_app_user(server.client())
+    yield group
+    group.stop()
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tls_files):
+    """``cluster`` with every node (and the cluster bus) listening with TLS only."""
+    c = start_cluster(tls=tls_files)
+    for node in c.nodes:
+        add_app_user(node.client())
+    yield c
+    c.stop()
+
+
+# The database of each set-up and cache protocol: never 0 (but on a cluster), and one each,
+# because django-redis keeps one connection pool per LOCATION for the whole process (a RESP3
+# configuration must not be served the pool of a RESP2 one on the same URL, nor one Sentinel
+# group the pool of another: their LOCATION names only the service).
 STANDALONE_DB = {2: 5, 3: 6}
 ACL_DBS = {2: ACL_DB, 3: ACL_DB + 1}
-SENTINEL_DB = {2: 2, 3: 7}
+SENTINEL_DBS = {"sentinel_group": {2: 2, 3: 7}, "tls_sentinel_group": {2: 8, 3: 9}}
 
 
 def standalone(request: pytest.FixtureRequest, protocol: int) -> Setup:
@@ -169,24 +210,27 @@ def tls_acl(request: pytest.FixtureRequest, protocol: int) -> Setup:
     return Setup(redis_cache(server.url), admin, [admin], server.db, ACL_USER, server.client(db=0))
 
 
-def sentinel(request: pytest.FixtureRequest, protocol: int) -> Setup:
+def on_sentinel(request: pytest.FixtureRequest, protocol: int, fixture: str = "sentinel_group") -> Setup:
     """django-redis's SentinelClient, as the ACL user with a password, on the master the sentinels name."""
-    group = request.getfixturevalue("sentinel_group")
-    db = SENTINEL_DB[protocol]
+    group = request.getfixturevalue(fixture)
+    db = SENTINEL_DBS[fixture][protocol]
     caches = {**group.caches(), "LOCATION": f"redis://{APP_AUTH}{SERVICE}/{db}"}
-    master = redis.Redis(port=group.master_port(), db=db)
-    return Setup(caches, master, [master], db, ACL_USER, redis.Redis(port=group.master_port(), db=0))
+    master = group.master.client(db=db)
+    return Setup(caches, master, [master], db, ACL_USER, group.master.client(db=0))
 
 
-def on_cluster(request: pytest.FixtureRequest, protocol: int) -> Setup:
+def on_cluster(request: pytest.FixtureRequest, protocol: int, fixture: str = "cluster") -> Setup:
     """django_gcra's ClusterClient on 3 masters, as the ACL user with a password (database 0 only)."""
-    c = request.getfixturevalue("cluster")
-    caches = cluster_caches([f"redis://{APP_AUTH}127.0.0.1:{node.port}" for node in c.nodes])
+    c = request.getfixturevalue(fixture)
+    caches = c.caches()
+    caches["LOCATION"] = [url.replace("://", f"://{APP_AUTH}", 1) for url in c.urls]
     return Setup(caches, c.client(), [node.client() for node in c.nodes], 0, ACL_USER)
 
 
 SETUPS: dict[str, Callable[[pytest.FixtureRequest, int], Setup]] = {
-    "standalone": standalone, "acl": acl, "tls-acl": tls_acl, "sentinel": sentinel, "cluster": on_cluster}
+    "standalone": standalone, "acl": acl, "tls-acl": tls_acl,
+    "sentinel-acl": on_sentinel, "sentinel-tls-acl": functools.partial(on_sentinel, fixture="tls_sentinel_group"),
+    "cluster-acl": on_cluster, "cluster-tls-acl": functools.partial(on_cluster, fixture="tls_cluster")}
 
 
 @pytest.fixture(params=[(name, protocol) for name in SETUPS for protocol in (2, 3)],
