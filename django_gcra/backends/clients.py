@@ -61,6 +61,9 @@ ASYNC_MAX_CONNECTIONS = 50  # per event loop and alias (redis-py's BlockingConne
 # What a native asyncio connection accepts of a sync pool's connection kwargs.
 _ASYNC_KWARGS = ("host", "port", "path", "db", "username", "password", "client_name", "credential_provider", "protocol",
                  "ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_data", "ssl_check_hostname")
+# ... and for a Sentinel manager's connections (to the sentinels, and the master's defaults):
+# ``ssl`` picks the asyncio TLS connection classes there (the sync pool's class says it).
+_ASYNC_SENTINEL_KWARGS = (*_ASYNC_KWARGS, "ssl")
 _ASYNC_CONNECTIONS = {redis.Connection: redis.asyncio.Connection,
                       redis.UnixDomainSocketConnection: redis.asyncio.UnixDomainSocketConnection,
                       redis.SSLConnection: redis.asyncio.SSLConnection}
@@ -288,8 +291,21 @@ class _SetUpMixin:
                 and self._live() < self.max_connections:
             self._setting_up = asyncio.get_running_loop().create_task(self._set_up())
 
+    def _set_up_failed(self, exc: BaseException) -> None:
+        self._setting_up = None
+        self._progress += 1
+        self.setup_failures += 1
+        if self.on_setup_failure is not None:
+            self.on_setup_failure(exc)  # once, however many decisions wait
+        if not self._live():  # nothing else to wait for: every waiting decision fails now
+            self.abandon_waiters(f"could not set up a connection to Redis: {type(exc).__name__}: {exc}")
+
     async def _set_up(self) -> None:
-        connection = self.make_connection()  # type: ignore[attr-defined]
+        try:
+            connection = self.make_connection()  # type: ignore[attr-defined]
+        except Exception as exc:  # kwargs the connection class refuses: a failed set-up, never a stuck pool
+            self._set_up_failed(exc)
+            return
         loop = asyncio.get_running_loop()
         connecting = loop.create_task(connection.connect())
         ended: asyncio.Future[None] = loop.create_future()
@@ -312,14 +328,8 @@ class _SetUpMixin:
                 raise redis.TimeoutError(f"setting up a connection took over {self.setup_timeout * 1000:g} ms")
             connecting.result()  # its error, if any
         except Exception as exc:
-            self._setting_up = None
-            self._progress += 1
-            self.setup_failures += 1
             await connection.disconnect(nowait=True)
-            if self.on_setup_failure is not None:
-                self.on_setup_failure(exc)  # once, however many decisions wait
-            if not self._live():  # nothing else to wait for: every waiting decision fails now
-                self.abandon_waiters(f"could not set up a connection to Redis: {type(exc).__name__}: {exc}")
+            self._set_up_failed(exc)
             return
         except BaseException:
             self._setting_up = None
@@ -377,8 +387,9 @@ def _tight_sentinel(manager: Sentinel, timeouts: Timeouts, cls: type = Sentinel,
     kwargs = tight_kwargs(dict(manager.sentinel_kwargs), timeouts, retry or _no_retry())
     connection = {k: v for k, v in manager.connection_kwargs.items() if not k.startswith("socket_")}
     if cls is not Sentinel:  # asyncio: only what an asyncio connection understands
-        kwargs = {k: v for k, v in kwargs.items() if k in _ASYNC_KWARGS or k.startswith("socket_") or k == "retry"}
-        connection = {k: v for k, v in connection.items() if k in _ASYNC_KWARGS}
+        kwargs = {k: v for k, v in kwargs.items()
+                  if k in _ASYNC_SENTINEL_KWARGS or k.startswith("socket_") or k == "retry"}
+        connection = {k: v for k, v in connection.items() if k in _ASYNC_SENTINEL_KWARGS}
     return cls(addrs, min_other_sentinels=manager.min_other_sentinels, sentinel_kwargs=kwargs, **connection)
 
 
@@ -418,6 +429,8 @@ def build_async_client(cache_client: Any, timeouts: Timeouts,
         lookup = Timeouts(setup_timeout, setup_timeout)
         manager = _tight_sentinel(pool.sentinel_manager, lookup, redis.asyncio.sentinel.Sentinel, retry)
         kwargs = {k: v for k, v in kwargs.items() if k not in ("host", "port")}
+        if issubclass(pool.connection_class, redis.SSLConnection):  # TLS to the master too
+            kwargs["ssl"] = True
         return manager.master_for(pool.service_name, connection_pool_class=SentinelSetUpPool, **setup, **kwargs)
     connection_class = _ASYNC_CONNECTIONS.get(pool.connection_class)
     if connection_class is None:

@@ -2,7 +2,8 @@
 
 ``start_cluster()`` starts 3 ``redis-server --cluster-enabled yes`` processes and joins
 them with ``redis-cli --cluster create``; ``reshard()`` moves slots with
-``redis-cli --cluster reshard``.
+``redis-cli --cluster reshard``. With ``tls``, the nodes listen with TLS only (the
+cluster bus too).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
-from tests.support.servers import RedisServer
+from tests.support.servers import RedisServer, TLSFiles
 
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 
@@ -47,16 +48,24 @@ def cluster_caches(urls: list[str]) -> dict:
 @dataclass
 class Cluster:
     nodes: list[RedisServer] = field(default_factory=list)
+    tls: TLSFiles | None = None
+
+    def _tls_kwargs(self) -> dict:
+        return {"ssl": True, "ssl_ca_certs": self.tls.ca, "ssl_cert_reqs": "required"} if self.tls else {}
 
     @property
     def urls(self) -> list[str]:
-        return [f"redis://127.0.0.1:{n.port}" for n in self.nodes]
+        return [f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{n.port}" for n in self.nodes]
 
     def caches(self) -> dict:
-        return cluster_caches(self.urls)
+        """A CACHES entry for the cluster (with ``tls``: the CA required, in the pool kwargs)."""
+        caches = cluster_caches(self.urls)
+        if self.tls:
+            caches["OPTIONS"]["CONNECTION_POOL_KWARGS"] = {"ssl_ca_certs": self.tls.ca, "ssl_cert_reqs": "required"}
+        return caches
 
     def client(self) -> RedisCluster:
-        return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", n.port) for n in self.nodes])
+        return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", n.port) for n in self.nodes], **self._tls_kwargs())
 
     def node_ids(self) -> dict[int, str]:
         return {n.port: n.client().execute_command("CLUSTER", "MYID").decode() for n in self.nodes}
@@ -88,14 +97,17 @@ class Cluster:
             node.stop()
 
 
-def start_cluster(masters: int = 3) -> Cluster:
-    cluster = Cluster()
+def start_cluster(masters: int = 3, tls: TLSFiles | None = None) -> Cluster:
+    cluster = Cluster(tls=tls)
+    over_tls = ["--tls-cluster", "yes", "--tls-replication", "yes"] if tls else []
+    cli_tls = ["--tls", "--cacert", tls.ca] if tls else []
     try:
         for _ in range(masters):
             server = RedisServer(free_cluster_port(), ["--cluster-enabled", "yes", "--cluster-config-file",
-                                                       "nodes.conf", "--cluster-node-timeout", "2000"])
+                                                       "nodes.conf", "--cluster-node-timeout", "2000", *over_tls],
+                                 tls=tls)
             cluster.nodes.append(server.start())
-        subprocess.run([REDIS_CLI, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in cluster.nodes],
+        subprocess.run([REDIS_CLI, *cli_tls, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in cluster.nodes],
                         "--cluster-yes"], check=True, capture_output=True, timeout=60)
         cluster.wait_ok()
     except BaseException:
