@@ -56,8 +56,7 @@ import redis
 from django_redis import get_redis_connection
 
 from django_gcra import adecide, decide
-from django_gcra.backends.breaker import reset_breakers
-from django_gcra.fallback import stats
+from django_gcra.engine import current, retire
 from tests.conftest import ACL_DB, ACL_PASSWORD, ACL_USER
 from tests.support.cluster import start_cluster
 from tests.support.sentinel import SERVICE, start_sentinels
@@ -245,11 +244,9 @@ def store(request, settings, gcra_settings) -> Iterator[Setup]:
     settings.CACHES = {"default": with_protocol(setup.caches, protocol)}
     # The cache's own client speaks the protocol configured, as the server sees it.
     assert get_redis_connection("default").client_info()["resp"] == str(protocol)
-    gcra_settings(POLICIES=POLICIES, AUDIT={"ENABLED": False})
-    reset_breakers()
-    stats.reset()
+    gcra_settings(POLICIES=POLICIES, AUDIT={"ENABLED": False})  # (a new engine: fresh breakers and counters)
     yield setup
-    reset_breakers()
+    retire()
     setup.close()
 
 
@@ -293,7 +290,7 @@ def test_sync_burst_is_exact_one_script_call_each(store: Setup):
     assert_burst(decisions, BURST)
     assert_stored(store, key_of("rate", "ip", "a"))
     assert_limiter_connections(store)
-    assert stats.total() == 0
+    assert current().failures.stats.total() == 0
 
 
 def test_sync_concurrency_slot_is_taken_and_released(store: Setup):
@@ -332,7 +329,7 @@ async def test_async_burst_is_exact_one_script_call_each(store: Setup):
     assert_burst(decisions, BURST)
     await asyncio.to_thread(assert_stored, store, key_of("rate", "ip", "d"))
     await asyncio.to_thread(assert_limiter_connections, store)
-    assert stats.total() == 0
+    assert current().failures.stats.total() == 0
 
 
 async def test_async_concurrency_slot_is_taken_and_released(store: Setup):
