@@ -62,6 +62,7 @@ class Engine:
         self.shares.listeners.append(self.planner.memo.clear)  # new shares: new specs
         self.failures = FailurePolicy(settings, self.slots)
         self.settler = Settler(self.stores)
+        self.settlers = self.settler.settlers  # (every settlement's first item: read once per decision)
         self._backends: PerPolicy[Backend] = PerPolicy()
 
     def backend_for(self, policy: Policy) -> Backend:
@@ -89,7 +90,7 @@ class Engine:
             return ruled  # exempt or deny (access.py): no store call
         p = self.planner.plan(policy, descriptors, cost)
         if not p.specs:
-            return finish(p, None, request, self.settler.settlers)
+            return finish(p, None, request, self.settlers)
         try:
             backend = p.backend
             if wait_us:
@@ -99,10 +100,10 @@ class Engine:
             elif (outcome := backend.serve(p.specs, cost)) is None:
                 outcome = backend.evaluate(p.specs, cost)
         except BackendError as exc:
-            return finish(p, self.failures.on_failure(p, exc), request, self.settler.settlers, fallback=True)
+            return finish(p, self.failures.on_failure(p, exc), request, self.settlers, fallback=True)
         if wait_us and isinstance(outcome, Outcome) and outcome.waited > 0:
             time.sleep(outcome.waited / 1e6)
-        return finish(p, outcome, request, self.settler.settlers)
+        return finish(p, outcome, request, self.settlers)
 
     async def adecide(self, policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1,
                       max_wait: float = 0.0, request: HttpRequest | None = None) -> Decision:
@@ -115,7 +116,7 @@ class Engine:
             return ruled
         p = self.planner.plan(policy, descriptors, cost)
         if not p.specs:
-            return finish(p, None, request, self.settler.settlers)
+            return finish(p, None, request, self.settlers)
         try:
             backend = p.backend
             if wait_us:
@@ -123,10 +124,10 @@ class Engine:
             elif (outcome := backend.serve(p.specs, cost, True)) is None:
                 outcome = await backend.aevaluate(p.specs, cost)
         except BackendError as exc:
-            return finish(p, self.failures.on_failure(p, exc), request, self.settler.settlers, fallback=True)
+            return finish(p, self.failures.on_failure(p, exc), request, self.settlers, fallback=True)
         if wait_us and isinstance(outcome, Outcome) and outcome.waited > 0:
             await asyncio.sleep(outcome.waited / 1e6)
-        return finish(p, outcome, request, self.settler.settlers)
+        return finish(p, outcome, request, self.settlers)
 
     def status(self) -> dict[str, object]:
         """This engine's fallback counters, circuit breakers and concurrency slots."""

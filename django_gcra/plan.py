@@ -98,10 +98,6 @@ class PlanMemo:
         self.plans: dict[tuple[Any, ...], Plan] = {}
         self.next_refill = clock() + refill_after
 
-    def get(self, key: tuple[Any, ...], pol: Policy) -> Plan | None:
-        found = self.plans.get(key)
-        return found if found is not None and found.policy is pol else None
-
     def put(self, key: tuple[Any, ...], p: Plan) -> Plan:
         """Memoize ``p`` under ``key``; returns the plan memoized there (another thread's for
         the same policy, if it came first), or ``p`` itself when the memo is full."""
@@ -218,8 +214,8 @@ class Planner:
         if pol.name in index:  # overrides match on values and expire: resolve every time
             return self._resolve(pol, cost, _values(pol, memo_key), tier, index)
         key = tuple(memo_key)
-        found = self.memo.get(key, pol)
-        if found is None:
+        found = self.memo.plans.get(key)
+        if found is None or found.policy is not pol:  # (a hit must be of the same Policy object)
             if pol.concurrency or settings.regions is not None:
                 found = self._resolve(pol, cost, _values(pol, memo_key), tier, index)
             else:  # (_resolve's own first test, without overrides: known here)
