@@ -6,7 +6,7 @@ middleware, the decorator and the DRF throttles all come through ``decide``/``ad
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from django.http import HttpRequest
@@ -37,8 +37,9 @@ def decide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, 
     return (engine.running or current()).decide(policy, descriptors, cost, max_wait, request)
 
 
-async def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, *,
-                  max_wait: float = 0.0, request: HttpRequest | None = None) -> Decision:
+def adecide(policy: str | Policy, descriptors: Mapping[str, Any], cost: int = 1, *,
+            max_wait: float = 0.0, request: HttpRequest | None = None) -> Coroutine[Any, Any, Decision]:
     """``decide()`` for async code: never blocks the event loop on the store, and waits
-    for a reserved slot with ``asyncio.sleep`` (a cancelled wait still used its slot)."""
-    return await (engine.running or current()).adecide(policy, descriptors, cost, max_wait, request)
+    for a reserved slot with ``asyncio.sleep`` (a cancelled wait still used its slot).
+    (The engine's coroutine itself, with no coroutine around it: one frame less per decision.)"""
+    return (engine.running or current()).adecide(policy, descriptors, cost, max_wait, request)
