@@ -57,7 +57,7 @@ from django_redis import get_redis_connection
 
 from django_gcra import adecide, decide
 from django_gcra.engine import current, retire
-from tests.conftest import ACL_DB, ACL_PASSWORD, ACL_USER
+from tests.conftest import ACL_PASSWORD, ACL_USER
 from tests.support.cluster import start_cluster
 from tests.support.sentinel import SERVICE, start_sentinels
 from tests.support.servers import STORE, RedisServer, TLSFiles, free_port, make_tls, server_binary
@@ -184,7 +184,7 @@ def tls_cluster(tls_files):
 # configuration must not be served the pool of a RESP2 one on the same URL, nor one Sentinel
 # group the pool of another: their LOCATION names only the service).
 STANDALONE_DB = {2: 5, 3: 6}
-ACL_DBS = {2: ACL_DB, 3: ACL_DB + 1}
+ACL_DBS = {2: 10, 3: 11}  # (not ACL_DB: test_tls_acl.py's pools on that URL speak the default protocol)
 SENTINEL_DBS = {"sentinel_group": {2: 2, 3: 7}, "tls_sentinel_group": {2: 8, 3: 9}}
 
 
