@@ -176,7 +176,7 @@ def _callables(sets: list[RuleSet], kind: str) -> list[str]:
 
 def _decided(pol: Policy, kind: str, values: dict[str, str], addresses: list[Any], rule: str, cost: int,
              request: HttpRequest | None) -> Decision:
-    """The decision of a matched rule, offered to the observers and sent, as ``limiter._finish``
+    """The decision of a matched rule, offered to the observers and sent, as ``outcomes.finish``
     offers and sends a decision that is not a plain admission."""
     if "ip" not in values and rule.startswith("ip=") and addresses:  # matched on the client's own address
         values["ip"] = str(addresses[-1])

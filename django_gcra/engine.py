@@ -52,9 +52,8 @@ class Engine:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.clock = test_clock.active  # django_gcra.testing.limiter_clock: clocked stores, no leases
         self.slots = SlotBook()
-        self.stores = Stores(settings, self.slots)
+        self.stores = Stores(settings, self.slots, test_clock.active)  # (under limiter_clock: clocked, no leases)
         self.leases = LeaseBook(settings.lease_max_keys)
         self.overrides = OverrideCache(settings, self.stores.read_guarded)
         self.shares = ShareState(share_sync.sync)  # REGIONS: this region's shares, its demand
@@ -70,7 +69,7 @@ class Engine:
         ``CACHE_ALIAS``), behind local leases when the policy has a ``lease``."""
         found = self._backends.get(policy)
         if found is None:
-            if self.clock is None:
+            if self.stores.clock is None:
                 found = self.leases.wrap(self.stores.backend(policy.cache_alias), policy)
             else:
                 found = self.stores.clocked(policy.cache_alias)

@@ -10,16 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from . import engine
 from .backends.lease_backend import LeaseStats, LeasingBackend
-from .engine import current
 
 __all__ = ["LeaseCollector", "LeaseStats", "LeasingBackend", "lease_stats"]
 
 
 def lease_stats() -> dict[str, LeaseStats]:
     """Counters per leased policy in this process, summed over its wrappers (since the
-    settings last changed: a new configuration starts new leases)."""
-    return current().leases.stats()
+    settings last changed: a new configuration starts new leases; none before the first
+    decision, so a collector registered early never builds the engine)."""
+    running = engine.running
+    return {} if running is None else running.leases.stats()
 
 
 class LeaseCollector:

@@ -49,10 +49,6 @@ class SettleStats:
         with self._lock:
             return dict(self.counts)
 
-    def reset(self) -> None:
-        with self._lock:
-            self.counts = {}
-
 
 class Settler:
     """Settles the decisions of one engine on its ``stores``, counting in ``stats``."""

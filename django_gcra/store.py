@@ -51,8 +51,9 @@ class Stores:
     """The limiter's clients, backends and circuit breakers, by cache alias, built on first
     use from ``settings`` (and ``slots``: the concurrency slots' book of the same engine)."""
 
-    def __init__(self, settings: Settings, slots: SlotBook) -> None:
+    def __init__(self, settings: Settings, slots: SlotBook, clock: test_clock.ScriptClock | None = None) -> None:
         self.settings, self.slots = settings, slots
+        self.clock = clock  # django_gcra.testing.limiter_clock's, when built under it: every decision clocked
         self.timeouts = Timeouts(settings.timeout, settings.connect_timeout,
                                  max(settings.connect_timeout, ASYNC_SETUP_MIN))
         self.breakers = Breakers()
@@ -68,7 +69,7 @@ class Stores:
         # not on Redis Cluster finds its breaker with two dict lookups.
         self._alias_breakers: dict[str, tuple[Any, CircuitBreaker]] = {}
 
-    def alias(self, alias: str | None) -> str:
+    def _alias(self, alias: str | None) -> str:
         return self.settings.cache_alias if alias is None else alias
 
     def client(self, alias: str) -> Any:
@@ -133,7 +134,7 @@ class Stores:
 
     def backend(self, alias: str | None = None) -> RedisBackend:
         """The Redis backend of ``alias`` (default: ``CACHE_ALIAS``)."""
-        alias = self.alias(alias)
+        alias = self._alias(alias)
         backend = self._backends.get(alias)
         if backend is None:
             with self._lock:
@@ -149,7 +150,7 @@ class Stores:
         (``backends/clock.py``): every script one plain ``EVAL`` that reads the clock, never
         behind a lease (a lease's units and expiry are real time's); concurrency slots are kept
         by the store's own keeper."""
-        alias = self.alias(alias)
+        alias = self._alias(alias)
         backend = self._clocked.get(alias)
         if backend is None:
             store = self.backend(alias)
@@ -166,7 +167,7 @@ class Stores:
     def deciding(self, alias: str | None = None) -> RedisBackend:
         """The store of ``alias`` as a decision reaches it now, leases aside: the clocked one
         while a test clock is installed (a settle must read the time its decision read)."""
-        return self.backend(alias) if test_clock.active is None else self.clocked(alias)
+        return self.backend(alias) if self.clock is None else self.clocked(alias)
 
     def read_guarded(self, key: str) -> bytes | None:
         """GET ``key`` with the limiter's tight timeouts, and not at all while the endpoint's

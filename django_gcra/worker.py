@@ -102,10 +102,10 @@ class Worker:
                 if not (self._jobs or self._woken or self._stopping):
                     self._cond.wait(delay)
                 jobs, self._jobs = list(self._jobs), deque()
-                self._woken, stopping = False, self._stopping
+                self._woken, stopping, last_step = False, self._stopping, self._last_step
             for job in jobs:
                 self._guarded(job)
-            if self.step is not None and (self._last_step or not stopping):
+            if self.step is not None and (last_step or not stopping):
                 delay = self._guarded(self.step)
             if stopping:
                 return

@@ -109,7 +109,7 @@ def test_the_decision_signal_contract(fake_redis):
     assert received == [("m_api", result, None)]
     from django_gcra.signals import notable_observers, observers
 
-    assert observers == [tally.on_decision]  # set in AppConfig.ready (and regions.on_decision with REGIONS)
+    assert observers == [tally.on_decision]  # set in AppConfig.ready (and region_demand.on_decision with REGIONS)
     assert notable_observers == [audit.on_decision, metrics.on_decision]
 
 

@@ -97,6 +97,7 @@ class Breakers:
         self._lock = threading.Lock()
 
     def get(self, endpoint: str) -> CircuitBreaker | None:
+        """The breaker of ``endpoint``, if one was made."""
         return self.by_endpoint.get(endpoint)
 
     def of(self, endpoint: str, failures: int = 5, cooldown: float = 1.0) -> CircuitBreaker:

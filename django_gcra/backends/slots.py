@@ -78,10 +78,6 @@ class SlotStats:
         found["held"] = self.book.held()
         return found
 
-    def reset(self) -> None:
-        with self._lock:
-            self.counts = dict.fromkeys(self.FIELDS, 0)
-
     @classmethod
     def none(cls) -> dict[str, int]:
         """A snapshot of no slots at all (no engine yet)."""

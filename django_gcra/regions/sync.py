@@ -1,7 +1,7 @@
 """Counting a region's demand, and the periodic sync with its local Redis.
 
 Demand is counted in memory per (policy, limit), and per key of a limit, by ``observe``
-(behind the decision observer ``regions.on_decision``) and, at most once per ``refresh``
+(behind the decision observer ``region_demand.on_decision``) and, at most once per ``refresh``
 seconds, the share state's background worker (woken by ``ShareState.tick``, like the
 override reload) runs ``sync``: it adds the counts to the local Redis's demand window and
 reads the share table back from it. Nothing here ever calls another region.

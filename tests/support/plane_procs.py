@@ -53,7 +53,7 @@ def watch(deadline: float) -> None:
         decision = decide("browser", {"tenant": "acme"}, cost=0)
         burst = decision.limits[0].burst if decision.limits else "off"
         if burst != last:
-            print(f"burst {burst} {time.time():.3f}", flush=True)
+            print(f"burst {burst} {time.time()!r}", flush=True)  # (exact: an expiry is compared to it)
             last = burst
         time.sleep(0.01)
 
